@@ -1,0 +1,104 @@
+//! Fixed window: a counter per aligned window.
+
+use crate::algorithm::{Algorithm, ensure_cost, sat};
+use crate::decision::Decision;
+use crate::error::{CostError, ParamError};
+use crate::time::Nanos;
+
+/// Admits while `count_in_window + cost <= limit`; windows are aligned to multiples of `window`
+/// since the epoch, and only admitted requests count. At a boundary, up to `2 * limit` can pass
+/// within one window length: `limit` just before the edge and `limit` just after.
+///
+/// ```
+/// use sluice_core::{Algorithm, FixedWindow, NANOS_PER_SEC};
+/// let fw = FixedWindow::new(2, NANOS_PER_SEC).unwrap();
+/// let mut s = Default::default();
+/// assert!(fw.check(&mut s, 0, 1).unwrap().allowed);
+/// assert!(fw.check(&mut s, 1, 1).unwrap().allowed);
+/// let denied = fw.check(&mut s, 2, 1).unwrap();
+/// assert!(!denied.allowed);
+/// assert_eq!(denied.retry_after, NANOS_PER_SEC - 2); // the next window
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    limit: u64,
+    window: Nanos,
+}
+
+/// State of one key under [`FixedWindow`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FixedWindowState {
+    start: Nanos,
+    count: u64,
+}
+
+impl FixedWindow {
+    /// `limit` requests per `window` nanoseconds.
+    pub fn new(limit: u64, window: Nanos) -> Result<Self, ParamError> {
+        if limit == 0 {
+            return Err(ParamError::Zero { field: "limit" });
+        }
+        if window == 0 {
+            return Err(ParamError::Zero { field: "window" });
+        }
+        Ok(Self { limit, window })
+    }
+
+    /// The window length in nanoseconds.
+    pub fn window(&self) -> Nanos {
+        self.window
+    }
+
+    /// The window start and the count that apply at `now`.
+    fn current(&self, s: &FixedWindowState, now: Nanos) -> (Nanos, u64) {
+        // A state from a later window than `now` (a clock that stepped back) still counts:
+        // errors go the strict way.
+        if s.count > 0 && (now as u128) < s.start as u128 + self.window as u128 {
+            (s.start, s.count)
+        } else {
+            (now - now % self.window, 0)
+        }
+    }
+
+    fn decide(&self, s: &FixedWindowState, now: Nanos, cost: u64) -> Result<(Decision, FixedWindowState), CostError> {
+        ensure_cost(cost, self.limit)?;
+        let (start, count) = self.current(s, now);
+        let end = start as u128 + self.window as u128;
+        let until_end = sat(end.saturating_sub(now as u128));
+        let allowed = count + cost <= self.limit;
+        let after = if allowed { count + cost } else { count };
+        let d = Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self.limit - after,
+            reset_after: if after > 0 { until_end } else { 0 },
+            retry_after: if allowed { 0 } else { until_end },
+            delay: 0,
+        };
+        Ok((d, FixedWindowState { start, count: after }))
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn check(&self, state: &mut FixedWindowState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        let (d, next) = self.decide(state, now, cost)?;
+        if d.allowed {
+            *state = next;
+        }
+        Ok(d)
+    }
+
+    fn peek(&self, state: &FixedWindowState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        self.decide(state, now, cost).map(|(d, _)| d)
+    }
+
+    fn is_fresh(&self, state: &FixedWindowState, now: Nanos) -> bool {
+        self.current(state, now).1 == 0
+    }
+}

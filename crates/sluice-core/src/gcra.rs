@@ -1,0 +1,225 @@
+//! Token bucket and leaky bucket, both as a GCRA meter over a "theoretical arrival time".
+//!
+//! A bucket of `capacity` refilled at `rate` per second is kept as one number, `tat`: the time
+//! at which the bucket would be full again. With the emission interval `T = 1 / rate` (whole
+//! nanoseconds, rounded up so rounding never admits more), the tokens at `now` are
+//! `capacity - max(0, tat - now) / T`, and a request of `cost` is admitted when
+//! `max(tat, now) + cost * T - now <= capacity * T`. This is exact integer arithmetic: no
+//! drift accumulates however long a key lives.
+
+use crate::algorithm::{Algorithm, ensure_cost, sat};
+use crate::decision::Decision;
+use crate::error::{CostError, ParamError};
+use crate::time::{NANOS_PER_SEC, Nanos};
+
+/// State of one key under [`TokenBucket`] or [`LeakyBucket`]: the theoretical arrival time.
+/// The default (0) is a full bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcraState {
+    tat: Nanos,
+}
+
+/// The emission interval for `rate` per second, in whole nanoseconds, rounded up.
+fn interval(field: &'static str, rate: f64) -> Result<Nanos, ParamError> {
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(ParamError::BadRate { field, value: rate });
+    }
+    let t = (NANOS_PER_SEC as f64 / rate).ceil();
+    if t >= u64::MAX as f64 {
+        return Err(ParamError::TooLarge { field });
+    }
+    Ok((t as u64).max(1))
+}
+
+/// The meter shared by both buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Meter {
+    /// Nanoseconds per token.
+    interval: Nanos,
+    capacity: u64,
+    /// Shaping: requests (beyond the first) passed without delay; `None` polices.
+    shape_free: Option<u64>,
+}
+
+impl Meter {
+    fn new(capacity: u64, interval: Nanos, shape_free: Option<u64>) -> Result<Self, ParamError> {
+        if capacity == 0 {
+            return Err(ParamError::Zero { field: "capacity" });
+        }
+        if (capacity as u128) * (interval as u128) > u64::MAX as u128 {
+            return Err(ParamError::TooLarge { field: "capacity" });
+        }
+        Ok(Self { interval, capacity, shape_free })
+    }
+
+    fn decide(&self, s: &GcraState, now: Nanos, cost: u64) -> Result<(Decision, GcraState), CostError> {
+        ensure_cost(cost, self.capacity)?;
+        let t = self.interval as u128;
+        let tau = self.capacity as u128 * t;
+        let now = now as u128;
+        let start = (s.tat as u128).max(now);
+        let new_tat = start + cost as u128 * t;
+        let allowed = new_tat - now <= tau;
+        let (held, next) = if allowed { (new_tat - now, new_tat) } else { (start - now, start) };
+        let delay = match (allowed, self.shape_free) {
+            (true, Some(free)) => sat((start - now).saturating_sub(free as u128 * t)),
+            _ => 0,
+        };
+        let d = Decision {
+            allowed,
+            limit: self.capacity,
+            remaining: sat((tau - held) / t),
+            reset_after: sat(held),
+            retry_after: if allowed { 0 } else { sat(new_tat - now - tau) },
+            delay,
+        };
+        Ok((d, GcraState { tat: sat(next) }))
+    }
+
+    fn check(&self, s: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        let (d, next) = self.decide(s, now, cost)?;
+        if d.allowed {
+            *s = next;
+        }
+        Ok(d)
+    }
+}
+
+/// Token bucket: starts full with `capacity` tokens, refills continuously at
+/// `refill_per_second`, and admits a request when it holds at least `cost` tokens.
+///
+/// ```
+/// use sluice_core::{Algorithm, TokenBucket, NANOS_PER_SEC};
+/// let tb = TokenBucket::new(5, 1.0).unwrap();
+/// let mut s = Default::default();
+/// for _ in 0..5 { assert!(tb.check(&mut s, 0, 1).unwrap().allowed); }
+/// let d = tb.check(&mut s, 0, 1).unwrap();
+/// assert!(!d.allowed);
+/// assert_eq!(d.retry_after, NANOS_PER_SEC); // one token per second
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenBucket {
+    meter: Meter,
+}
+
+impl TokenBucket {
+    /// A bucket of `capacity` tokens refilled at `refill_per_second`.
+    pub fn new(capacity: u64, refill_per_second: f64) -> Result<Self, ParamError> {
+        let t = interval("refill_per_second", refill_per_second)?;
+        Ok(Self { meter: Meter::new(capacity, t, None)? })
+    }
+
+    /// The bucket's capacity in tokens.
+    pub fn capacity(&self) -> u64 {
+        self.meter.capacity
+    }
+
+    /// Nanoseconds per token (1 / refill rate, rounded up).
+    pub fn interval(&self) -> Nanos {
+        self.meter.interval
+    }
+}
+
+impl Algorithm for TokenBucket {
+    type State = GcraState;
+
+    fn limit(&self) -> u64 {
+        self.meter.capacity
+    }
+
+    fn check(&self, state: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        self.meter.check(state, now, cost)
+    }
+
+    fn peek(&self, state: &GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        self.meter.decide(state, now, cost).map(|(d, _)| d)
+    }
+
+    fn is_fresh(&self, state: &GcraState, now: Nanos) -> bool {
+        state.tat <= now
+    }
+}
+
+/// What a leaky bucket does with a request beyond the steady rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeakMode {
+    /// Reject what exceeds the burst (nginx `limit_req ... nodelay`).
+    Police,
+    /// Admit up to the capacity and return a `delay` that paces output at the rate (nginx without
+    /// `nodelay`); the first `delay` excess requests pass without waiting (nginx `delay=N`).
+    Shape {
+        /// Excess requests passed without delay.
+        delay: u64,
+    },
+}
+
+/// Leaky bucket as a GCRA meter: a fresh key admits `capacity` back-to-back requests, then one
+/// every `1 / rate_per_second`. nginx `limit_req rate=R burst=B` is
+/// `LeakyBucket::new(R, B + 1, mode)`.
+///
+/// ```
+/// use sluice_core::{Algorithm, LeakyBucket, LeakMode, NANOS_PER_SEC};
+/// // nginx: rate=2r/s burst=2 (no nodelay): 3 requests at once, paced half a second apart.
+/// let lb = LeakyBucket::new(2.0, 3, LeakMode::Shape { delay: 0 }).unwrap();
+/// let mut s = Default::default();
+/// let delays: Vec<u64> = (0..3).map(|_| lb.check(&mut s, 0, 1).unwrap().delay).collect();
+/// assert_eq!(delays, [0, NANOS_PER_SEC / 2, NANOS_PER_SEC]);
+/// assert!(!lb.check(&mut s, 0, 1).unwrap().allowed);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeakyBucket {
+    meter: Meter,
+}
+
+impl LeakyBucket {
+    /// A meter draining at `rate_per_second` that holds `capacity` requests.
+    pub fn new(rate_per_second: f64, capacity: u64, mode: LeakMode) -> Result<Self, ParamError> {
+        let t = interval("rate_per_second", rate_per_second)?;
+        let shape_free = match mode {
+            LeakMode::Police => None,
+            LeakMode::Shape { delay } if delay >= capacity.max(1) => {
+                return Err(ParamError::DelayTooLarge { delay, capacity });
+            }
+            LeakMode::Shape { delay } => Some(delay),
+        };
+        Ok(Self { meter: Meter::new(capacity, t, shape_free)? })
+    }
+
+    /// The meter's capacity (nginx `burst + 1`).
+    pub fn capacity(&self) -> u64 {
+        self.meter.capacity
+    }
+
+    /// Nanoseconds between two requests at the steady rate (rounded up).
+    pub fn interval(&self) -> Nanos {
+        self.meter.interval
+    }
+
+    /// Police or shape.
+    pub fn mode(&self) -> LeakMode {
+        match self.meter.shape_free {
+            None => LeakMode::Police,
+            Some(delay) => LeakMode::Shape { delay },
+        }
+    }
+}
+
+impl Algorithm for LeakyBucket {
+    type State = GcraState;
+
+    fn limit(&self) -> u64 {
+        self.meter.capacity
+    }
+
+    fn check(&self, state: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        self.meter.check(state, now, cost)
+    }
+
+    fn peek(&self, state: &GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        self.meter.decide(state, now, cost).map(|(d, _)| d)
+    }
+
+    fn is_fresh(&self, state: &GcraState, now: Nanos) -> bool {
+        state.tat <= now
+    }
+}

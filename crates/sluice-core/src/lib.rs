@@ -1,0 +1,48 @@
+//! # sluice-core
+//!
+//! The five rate-limiting algorithms of sluice as exact, deterministic state machines:
+//! [`FixedWindow`], [`SlidingLog`], [`SlidingWindow`] (the sliding window counter),
+//! [`TokenBucket`] and [`LeakyBucket`] (a GCRA meter that polices or shapes).
+//!
+//! Time is `u64` nanoseconds ([`Nanos`]) passed in by the caller: nothing here reads a clock,
+//! spawns a task or does I/O, so every decision can be replayed and tested without sleeping.
+//! [`ManualClock`] and [`SystemClock`] live here for the callers that need one.
+//!
+//! Every algorithm answers with a [`Decision`]; a denial is a value, and a request that could
+//! never be admitted (cost above capacity) is a [`CostError`]. A denied request charges nothing.
+//!
+//! ```
+//! use sluice_core::{Algorithm, SlidingLog, NANOS_PER_SEC};
+//!
+//! // 3 password-reset requests per 15 minutes, exactly.
+//! let per_account = SlidingLog::new(3, 15 * 60 * NANOS_PER_SEC).unwrap();
+//! let mut state = Default::default();
+//! let t0 = 1_000 * NANOS_PER_SEC;
+//! for i in 0..3 {
+//!     assert!(per_account.check(&mut state, t0 + i * NANOS_PER_SEC, 1).unwrap().allowed);
+//! }
+//! let denied = per_account.check(&mut state, t0 + 10 * NANOS_PER_SEC, 1).unwrap();
+//! assert!(!denied.allowed);
+//! // The first request leaves the window 15 minutes after it was admitted.
+//! assert_eq!(denied.retry_after, 15 * 60 * NANOS_PER_SEC - 10 * NANOS_PER_SEC);
+//! ```
+
+mod algorithm;
+mod decision;
+mod error;
+mod fixed_window;
+mod gcra;
+mod policy;
+mod sliding_log;
+mod sliding_window;
+mod time;
+
+pub use algorithm::Algorithm;
+pub use decision::Decision;
+pub use error::{CostError, ParamError};
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{GcraState, LeakMode, LeakyBucket, TokenBucket};
+pub use policy::{ALGORITHM_NAMES, Policy, State};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use time::{Clock, ManualClock, NANOS_PER_MILLI, NANOS_PER_SEC, Nanos, SystemClock, ceil_millis, ceil_secs};

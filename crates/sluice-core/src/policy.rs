@@ -1,0 +1,143 @@
+//! One type over the five algorithms, for code that picks the algorithm at run time.
+
+use crate::algorithm::Algorithm;
+use crate::decision::Decision;
+use crate::error::CostError;
+use crate::fixed_window::{FixedWindow, FixedWindowState};
+use crate::gcra::{GcraState, LeakyBucket, TokenBucket};
+use crate::sliding_log::{SlidingLog, SlidingLogState};
+use crate::sliding_window::{SlidingWindow, SlidingWindowState};
+use crate::time::Nanos;
+
+/// Any of the five algorithms, with validated parameters.
+///
+/// ```
+/// use sluice_core::{Algorithm, Policy, TokenBucket};
+/// let p = Policy::from(TokenBucket::new(2, 1.0).unwrap());
+/// let mut s = p.fresh_state();
+/// assert_eq!(p.name(), "token-bucket");
+/// assert!(p.check(&mut s, 0, 2).unwrap().allowed);
+/// assert!(!p.check(&mut s, 0, 1).unwrap().allowed);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// [`FixedWindow`]
+    FixedWindow(FixedWindow),
+    /// [`SlidingLog`]
+    SlidingLog(SlidingLog),
+    /// [`SlidingWindow`]
+    SlidingWindow(SlidingWindow),
+    /// [`TokenBucket`]
+    TokenBucket(TokenBucket),
+    /// [`LeakyBucket`]
+    LeakyBucket(LeakyBucket),
+}
+
+/// State of one key under a [`Policy`]; its variant matches the policy's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// For [`Policy::FixedWindow`].
+    FixedWindow(FixedWindowState),
+    /// For [`Policy::SlidingLog`].
+    SlidingLog(SlidingLogState),
+    /// For [`Policy::SlidingWindow`].
+    SlidingWindow(SlidingWindowState),
+    /// For [`Policy::TokenBucket`] and [`Policy::LeakyBucket`].
+    Gcra(GcraState),
+}
+
+/// The algorithms' names as configuration spells them.
+pub const ALGORITHM_NAMES: [&str; 5] = ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
+
+macro_rules! dispatch {
+    ($self:ident, $state:ident, $p:ident, $s:ident => $body:expr) => {
+        match ($self, $state) {
+            (Policy::FixedWindow($p), State::FixedWindow($s)) => $body,
+            (Policy::SlidingLog($p), State::SlidingLog($s)) => $body,
+            (Policy::SlidingWindow($p), State::SlidingWindow($s)) => $body,
+            (Policy::TokenBucket($p), State::Gcra($s)) => $body,
+            (Policy::LeakyBucket($p), State::Gcra($s)) => $body,
+            _ => panic!("state of another algorithm passed to {}", $self.name()),
+        }
+    };
+}
+
+impl Policy {
+    /// The configuration name: `fixed-window`, `sliding-log`, `sliding-window`, `token-bucket`
+    /// or `leaky-bucket`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Policy::FixedWindow(_) => ALGORITHM_NAMES[0],
+            Policy::SlidingLog(_) => ALGORITHM_NAMES[1],
+            Policy::SlidingWindow(_) => ALGORITHM_NAMES[2],
+            Policy::TokenBucket(_) => ALGORITHM_NAMES[3],
+            Policy::LeakyBucket(_) => ALGORITHM_NAMES[4],
+        }
+    }
+
+    /// The state of a key never seen.
+    pub fn fresh_state(&self) -> State {
+        match self {
+            Policy::FixedWindow(_) => State::FixedWindow(Default::default()),
+            Policy::SlidingLog(_) => State::SlidingLog(Default::default()),
+            Policy::SlidingWindow(_) => State::SlidingWindow(Default::default()),
+            Policy::TokenBucket(_) | Policy::LeakyBucket(_) => State::Gcra(Default::default()),
+        }
+    }
+
+    /// The limit's size (requests per window, or capacity).
+    pub fn limit(&self) -> u64 {
+        match self {
+            Policy::FixedWindow(p) => p.limit(),
+            Policy::SlidingLog(p) => p.limit(),
+            Policy::SlidingWindow(p) => p.limit(),
+            Policy::TokenBucket(p) => p.limit(),
+            Policy::LeakyBucket(p) => p.limit(),
+        }
+    }
+
+    /// The window length for window algorithms; for the buckets, the time a drained bucket
+    /// takes to refill completely (capacity × interval).
+    pub fn window(&self) -> Nanos {
+        match self {
+            Policy::FixedWindow(p) => p.window(),
+            Policy::SlidingLog(p) => p.window(),
+            Policy::SlidingWindow(p) => p.window(),
+            Policy::TokenBucket(p) => p.capacity().saturating_mul(p.interval()),
+            Policy::LeakyBucket(p) => p.capacity().saturating_mul(p.interval()),
+        }
+    }
+
+    /// [`Algorithm::check`] for whichever algorithm this is.
+    ///
+    /// # Panics
+    /// If `state` belongs to another algorithm (a programming error, never input-driven).
+    pub fn check(&self, state: &mut State, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        dispatch!(self, state, p, s => p.check(s, now, cost))
+    }
+
+    /// [`Algorithm::peek`] for whichever algorithm this is.
+    ///
+    /// # Panics
+    /// If `state` belongs to another algorithm.
+    pub fn peek(&self, state: &State, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        dispatch!(self, state, p, s => p.peek(s, now, cost))
+    }
+
+    /// [`Algorithm::is_fresh`] for whichever algorithm this is.
+    ///
+    /// # Panics
+    /// If `state` belongs to another algorithm.
+    pub fn is_fresh(&self, state: &State, now: Nanos) -> bool {
+        dispatch!(self, state, p, s => p.is_fresh(s, now))
+    }
+}
+
+macro_rules! from_algorithm {
+    ($($t:ident),*) => {$(
+        impl From<$t> for Policy {
+            fn from(p: $t) -> Self { Policy::$t(p) }
+        }
+    )*};
+}
+from_algorithm!(FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyBucket);

@@ -1,0 +1,116 @@
+//! Sliding log: the exact sliding window, one timestamp per admitted unit of cost.
+
+use std::collections::VecDeque;
+
+use crate::algorithm::{Algorithm, ensure_cost, sat};
+use crate::decision::Decision;
+use crate::error::{CostError, ParamError};
+use crate::time::Nanos;
+
+/// Admits when the admitted timestamps `t'` with `t' > now - window`, plus `cost`, are at most
+/// `limit`. Exact: no interval of one window length ever holds more than `limit` admitted units.
+/// The state holds at most `limit` timestamps.
+///
+/// ```
+/// use sluice_core::{Algorithm, SlidingLog, NANOS_PER_SEC};
+/// let log = SlidingLog::new(1, NANOS_PER_SEC).unwrap();
+/// let mut s = Default::default();
+/// assert!(log.check(&mut s, 100, 1).unwrap().allowed);
+/// let d = log.check(&mut s, 200, 1).unwrap();
+/// assert!(!d.allowed);
+/// assert_eq!(d.retry_after, NANOS_PER_SEC - 100); // when the entry at t=100 leaves the window
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    limit: u64,
+    window: Nanos,
+}
+
+/// State of one key under [`SlidingLog`]: admitted timestamps, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlidingLogState {
+    times: VecDeque<Nanos>,
+}
+
+impl SlidingLogState {
+    /// The number of timestamps held (live or not yet pruned).
+    pub fn len(&self) -> usize {
+        self.times.len()
+    }
+
+    /// True when no timestamp is held.
+    pub fn is_empty(&self) -> bool {
+        self.times.is_empty()
+    }
+}
+
+impl SlidingLog {
+    /// `limit` requests in any interval of `window` nanoseconds.
+    pub fn new(limit: u64, window: Nanos) -> Result<Self, ParamError> {
+        if limit == 0 {
+            return Err(ParamError::Zero { field: "limit" });
+        }
+        if window == 0 {
+            return Err(ParamError::Zero { field: "window" });
+        }
+        Ok(Self { limit, window })
+    }
+
+    /// The window length in nanoseconds.
+    pub fn window(&self) -> Nanos {
+        self.window
+    }
+
+    /// Index of the first timestamp still inside the window at `now`.
+    fn first_live(&self, s: &SlidingLogState, now: Nanos) -> usize {
+        let w = self.window as u128;
+        s.times.partition_point(|&t| t as u128 + w <= now as u128)
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn check(&self, state: &mut SlidingLogState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        let d = self.peek(state, now, cost)?;
+        let first = self.first_live(state, now);
+        state.times.drain(..first);
+        if d.allowed {
+            // Keep the log sorted even if the clock stepped back: record no earlier than the newest.
+            let at = state.times.back().map_or(now, |&b| b.max(now));
+            state.times.extend(std::iter::repeat_n(at, cost as usize));
+        }
+        Ok(d)
+    }
+
+    fn peek(&self, state: &SlidingLogState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+        ensure_cost(cost, self.limit)?;
+        let w = self.window as u128;
+        let first = self.first_live(state, now);
+        let live = (state.times.len() - first) as u64;
+        let allowed = live + cost <= self.limit;
+        let after = if allowed { live + cost } else { live };
+        let newest = if allowed { Some(now) } else { state.times.back().copied() };
+        let reset_after = match newest {
+            Some(t) if after > 0 => sat((t.max(now) as u128 + w).saturating_sub(now as u128)),
+            _ => 0,
+        };
+        let retry_after = if allowed {
+            0
+        } else {
+            // The (live + cost - limit)-th oldest live entry must leave the window.
+            let must_leave = (live + cost - self.limit) as usize;
+            let t = state.times[first + must_leave - 1];
+            sat((t as u128 + w).saturating_sub(now as u128))
+        };
+        Ok(Decision { allowed, limit: self.limit, remaining: self.limit - after, reset_after, retry_after, delay: 0 })
+    }
+
+    fn is_fresh(&self, state: &SlidingLogState, now: Nanos) -> bool {
+        self.first_live(state, now) == state.times.len()
+    }
+}

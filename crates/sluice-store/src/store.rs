@@ -1,0 +1,117 @@
+//! The contract every store meets: decide a request's limits together.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sluice_core::{CostError, Decision, Nanos, Policy};
+use thiserror::Error;
+
+use crate::key::KeyHash;
+
+/// A policy with the name configuration gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedPolicy {
+    /// The policy's name (`per-ip`, `per-account`, ...).
+    pub name: String,
+    /// The validated algorithm and parameters.
+    pub policy: Policy,
+}
+
+/// One limit to apply to a request: which policy (an index into the store's policies), which
+/// key, and how much the request costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check {
+    /// Index of the policy in the list the store was built with.
+    pub policy: usize,
+    /// The hashed key.
+    pub key: KeyHash,
+    /// The request's cost under this policy.
+    pub cost: u64,
+}
+
+/// The answer to a request's checks, decided together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// True when every check admits; then every check was charged. When false, none was
+    /// (except where a store documents otherwise, and then only in the strict direction).
+    pub allowed: bool,
+    /// One decision per check, in the order of the checks.
+    pub decisions: Vec<Decision>,
+}
+
+impl Verdict {
+    /// Index of the decision closest to denying (see [`Decision::tighter`]): the limit that
+    /// denied, or the one to describe in response headers. `None` when there were no checks.
+    pub fn tightest(&self) -> Option<usize> {
+        (0..self.decisions.len()).reduce(|a, b| {
+            if self.decisions[a].tighter(self.decisions[b]) == self.decisions[a] { a } else { b }
+        })
+    }
+}
+
+/// Why a store could not decide.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum StoreError {
+    /// A check whose cost its policy can never admit.
+    #[error("check {index}: {source}")]
+    Cost {
+        /// Index of the offending check.
+        index: usize,
+        /// The cost and the capacity.
+        source: CostError,
+    },
+    /// A check naming a policy the store does not have.
+    #[error("check {index}: no policy with index {policy}")]
+    UnknownPolicy {
+        /// Index of the offending check.
+        index: usize,
+        /// The policy index it named.
+        policy: usize,
+    },
+    /// The store is full and configured to refuse new keys.
+    #[error("store is full ({max_keys} keys) and refuses new keys")]
+    Full {
+        /// The configured bound.
+        max_keys: usize,
+    },
+    /// The store did not answer in time.
+    #[error("store timed out after {0} ms")]
+    Timeout(u64),
+    /// The store could not be reached or answered with an error.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A boxed future returned by [`Store::decide`].
+pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, StoreError>> + Send + 'a>>;
+
+/// Shared, atomic rate-limit state.
+///
+/// `decide` applies every check of one request together: the request is admitted only if every
+/// check admits, and then it is charged to every check. `at` passes an explicit time (tests, the
+/// simulator, the conformance suite); `None` uses the store's own clock.
+pub trait Store: Send + Sync {
+    /// Decides the checks of one request together.
+    fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a>;
+
+    /// The policies this store was built with, indexed as [`Check::policy`] expects.
+    fn policies(&self) -> &[NamedPolicy];
+
+    /// A short name for metrics and logs: `memory`, `redis`, ...
+    fn kind(&self) -> &'static str;
+}
+
+impl<S: Store + ?Sized> Store for Arc<S> {
+    fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        (**self).decide(checks, at)
+    }
+
+    fn policies(&self) -> &[NamedPolicy] {
+        (**self).policies()
+    }
+
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+}
