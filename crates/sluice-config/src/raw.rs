@@ -1,0 +1,112 @@
+//! The file as serde reads it: strings and options, nothing validated yet.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub server: Option<Spanned<RawServer>>,
+    pub upstream: Option<Spanned<RawUpstream>>,
+    #[serde(default)]
+    pub policy: Vec<Spanned<RawPolicy>>,
+    #[serde(default)]
+    pub route: Vec<Spanned<RawRoute>>,
+    pub store: Option<Spanned<RawStore>>,
+    pub admin: Option<Spanned<RawAdmin>>,
+    pub decision_log: Option<Spanned<RawDecisionLog>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub listen: Option<String>,
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    pub ipv6_prefix: Option<u8>,
+    pub headers: Option<Vec<String>>,
+    pub deny_status: Option<u16>,
+    pub on_deny: Option<String>,
+    pub max_in_flight: Option<usize>,
+    pub user_header: Option<String>,
+    pub max_body_bytes: Option<usize>,
+    pub key_secret: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstream {
+    pub url: String,
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPolicy {
+    pub name: String,
+    pub algorithm: String,
+    pub limit: Option<u64>,
+    pub window: Option<String>,
+    pub capacity: Option<u64>,
+    pub refill_per_second: Option<f64>,
+    pub rate_per_second: Option<f64>,
+    pub mode: Option<String>,
+    pub delay: Option<u64>,
+    #[serde(default)]
+    pub shadow: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    pub name: Option<String>,
+    pub path: String,
+    pub methods: Option<Vec<String>>,
+    pub cost: Option<u64>,
+    #[serde(default)]
+    pub limits: Vec<RawLimit>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimit {
+    pub policy: String,
+    pub key: RawKey,
+    pub cost: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawKey {
+    One(String),
+    Parts(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    pub kind: Option<String>,
+    pub url: Option<String>,
+    pub urls: Option<Vec<String>>,
+    #[serde(default)]
+    pub cluster: bool,
+    pub on_error: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub key_prefix: Option<String>,
+    pub max_keys: Option<usize>,
+    pub when_full: Option<String>,
+    pub shards: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAdmin {
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDecisionLog {
+    pub sample: Option<f64>,
+    pub denials_per_second: Option<f64>,
+}

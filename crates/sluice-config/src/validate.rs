@@ -1,0 +1,398 @@
+//! Raw structs to the validated model, one field at a time, each error located.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ops::Range;
+
+use ipnet::IpNet;
+use sluice_core::{FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket};
+
+use crate::duration::parse_duration;
+use crate::error::{ConfigError, Source};
+use crate::model::*;
+use crate::raw::*;
+
+/// Default listen address of a config without `server.listen`.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+
+pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, ConfigError> {
+    let server = server(src, raw.server)?;
+    let upstream = raw.upstream.map(|u| upstream(src, u)).transpose()?;
+    let mut policies = Vec::with_capacity(raw.policy.len());
+    let mut by_name = HashMap::new();
+    for (i, p) in raw.policy.into_iter().enumerate() {
+        let span = p.span();
+        let pc = policy(src, i, &span, p.into_inner())?;
+        if by_name.insert(pc.name.clone(), i).is_some() {
+            let line = src.field_line(&span, "name");
+            return Err(src.error(
+                Some(line),
+                format!("policy[{i}].name"),
+                format!("duplicate policy name `{}`", pc.name),
+            ));
+        }
+        policies.push(pc);
+    }
+    let routes = raw
+        .route
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let span = r.span();
+            route(src, i, &span, r.into_inner(), &by_name, &server)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let store = store(src, raw.store)?;
+    let admin = raw
+        .admin
+        .map(|a| {
+            let span = a.span();
+            let listen = a.into_inner().listen.unwrap_or_else(|| "127.0.0.1:9090".into());
+            addr(src, &span, "admin", "listen", &listen).map(|listen| Admin { listen })
+        })
+        .transpose()?;
+    let decision_log = decision_log(src, raw.decision_log)?;
+    Ok(Config { server, upstream, policies, routes, store, admin, decision_log })
+}
+
+fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str) -> Result<SocketAddr, ConfigError> {
+    v.parse().map_err(|_| {
+        src.error(
+            Some(src.field_line(span, field)),
+            format!("{table}.{field}"),
+            format!("`{v}` is not an address with a port, like `0.0.0.0:8080` or `[::1]:8080`"),
+        )
+    })
+}
+
+fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<Server, ConfigError> {
+    let (span, s) = match raw {
+        Some(s) => (s.span(), s.into_inner()),
+        None => (0..0, RawServer::default()),
+    };
+    let err = |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("server.{field}"), msg);
+    let listen = addr(src, &span, "server", "listen", s.listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
+    let mut trusted_proxies = Vec::new();
+    for p in &s.trusted_proxies {
+        let net = p
+            .parse::<IpNet>()
+            .or_else(|_| p.parse::<std::net::IpAddr>().map(IpNet::from))
+            .map_err(|_| err("trusted_proxies", format!("`{p}` is not an address or CIDR block like `10.0.0.0/8`")))?;
+        trusted_proxies.push(net.trunc());
+    }
+    let ipv6_prefix = s.ipv6_prefix.unwrap_or(56);
+    if ipv6_prefix > 128 {
+        return Err(err("ipv6_prefix", format!("{ipv6_prefix} is not a prefix length (0 to 128)")));
+    }
+    let headers = match s.headers {
+        None => vec![HeaderStyle::Draft6],
+        Some(list) => list
+            .iter()
+            .map(|h| match h.as_str() {
+                "draft-6" => Ok(HeaderStyle::Draft6),
+                "ietf" => Ok(HeaderStyle::Ietf),
+                "x-ratelimit" => Ok(HeaderStyle::XRateLimit),
+                other => Err(err("headers", format!("unknown header style `{other}` (draft-6, ietf, x-ratelimit)"))),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let deny_status = s.deny_status.unwrap_or(429);
+    if !(400..=599).contains(&deny_status) {
+        return Err(err("deny_status", format!("{deny_status} is not a 4xx or 5xx status")));
+    }
+    let on_deny = match s.on_deny.as_deref().unwrap_or("respond") {
+        "respond" => OnDeny::Respond,
+        "drop" => OnDeny::Drop,
+        other => return Err(err("on_deny", format!("`{other}` is neither `respond` nor `drop`"))),
+    };
+    let max_in_flight = s.max_in_flight.unwrap_or(10_000);
+    if max_in_flight == 0 {
+        return Err(err("max_in_flight", "must be at least 1".into()));
+    }
+    let user_header = s.user_header.map(|h| h.to_ascii_lowercase());
+    let max_body_bytes = s.max_body_bytes.unwrap_or(64 * 1024);
+    if let Some(secret) = &s.key_secret
+        && secret.len() < 16
+    {
+        return Err(err("key_secret", "must be at least 16 characters (use a long random string)".into()));
+    }
+    Ok(Server {
+        listen,
+        trusted_proxies,
+        ipv6_prefix,
+        headers,
+        deny_status,
+        on_deny,
+        max_in_flight,
+        user_header,
+        max_body_bytes,
+        key_secret: s.key_secret,
+    })
+}
+
+fn upstream(src: &Source<'_>, raw: toml::Spanned<RawUpstream>) -> Result<Upstream, ConfigError> {
+    let span = raw.span();
+    let u = raw.into_inner();
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("upstream.{field}"), msg);
+    let rest = u.url.strip_prefix("http://").ok_or_else(|| {
+        err("url", format!("`{}` must start with http:// (TLS to the upstream is not supported)", u.url))
+    })?;
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() || authority.contains('/') || authority.contains('?') {
+        return Err(err("url", format!("`{}` must be `http://host:port` with no path", u.url)));
+    }
+    let timeout_ms = u.timeout_ms.unwrap_or(30_000);
+    if timeout_ms == 0 {
+        return Err(err("timeout_ms", "must be at least 1".into()));
+    }
+    Ok(Upstream { url: format!("http://{authority}"), timeout: timeout_ms * 1_000_000 })
+}
+
+fn policy(src: &Source<'_>, i: usize, span: &Range<usize>, p: RawPolicy) -> Result<PolicyConfig, ConfigError> {
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(span, field)), format!("policy[{i}].{field}"), msg);
+    if p.name.is_empty() {
+        return Err(err("name", "must not be empty".into()));
+    }
+    let present: [(&str, bool); 7] = [
+        ("limit", p.limit.is_some()),
+        ("window", p.window.is_some()),
+        ("capacity", p.capacity.is_some()),
+        ("refill_per_second", p.refill_per_second.is_some()),
+        ("rate_per_second", p.rate_per_second.is_some()),
+        ("mode", p.mode.is_some()),
+        ("delay", p.delay.is_some()),
+    ];
+    let allowed: &[&str] = match p.algorithm.as_str() {
+        "fixed-window" | "sliding-log" | "sliding-window" => &["limit", "window"],
+        "token-bucket" => &["capacity", "refill_per_second"],
+        "leaky-bucket" => &["rate_per_second", "capacity", "mode", "delay"],
+        other => {
+            return Err(err(
+                "algorithm",
+                format!(
+                    "unknown algorithm `{other}` (fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket)"
+                ),
+            ));
+        }
+    };
+    if let Some((field, _)) = present.iter().find(|(f, there)| *there && !allowed.contains(f)) {
+        return Err(err(field, format!("does not apply to {} (it takes {})", p.algorithm, allowed.join(", "))));
+    }
+    let need = |field: &str| err(field, format!("{} needs `{field}`", p.algorithm));
+    let param = |field: &str, e: sluice_core::ParamError| err(field, e.to_string());
+    let windowed = || -> Result<(u64, u64), ConfigError> {
+        let limit = p.limit.ok_or_else(|| need("limit"))?;
+        let text = p.window.as_deref().ok_or_else(|| need("window"))?;
+        let window = parse_duration(text).map_err(|m| err("window", m))?;
+        Ok((limit, window))
+    };
+    let policy: Policy = match p.algorithm.as_str() {
+        "fixed-window" => {
+            let (l, w) = windowed()?;
+            FixedWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        "sliding-log" => {
+            let (l, w) = windowed()?;
+            SlidingLog::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        "sliding-window" => {
+            let (l, w) = windowed()?;
+            SlidingWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        "token-bucket" => {
+            let c = p.capacity.ok_or_else(|| need("capacity"))?;
+            let r = p.refill_per_second.ok_or_else(|| need("refill_per_second"))?;
+            TokenBucket::new(c, r).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        _ => {
+            let r = p.rate_per_second.ok_or_else(|| need("rate_per_second"))?;
+            let c = p.capacity.ok_or_else(|| need("capacity"))?;
+            let mode = match p.mode.as_deref().unwrap_or("police") {
+                "police" if p.delay.is_some() => {
+                    return Err(err("delay", "applies only to mode = \"shape\"".into()));
+                }
+                "police" => LeakMode::Police,
+                "shape" => LeakMode::Shape { delay: p.delay.unwrap_or(0) },
+                other => return Err(err("mode", format!("`{other}` is neither `police` nor `shape`"))),
+            };
+            LeakyBucket::new(r, c, mode).map_err(|e| param(field_of(&e), e))?.into()
+        }
+    };
+    Ok(PolicyConfig { name: p.name, policy, shadow: p.shadow })
+}
+
+fn field_of(e: &sluice_core::ParamError) -> &'static str {
+    match e {
+        sluice_core::ParamError::Zero { field }
+        | sluice_core::ParamError::BadRate { field, .. }
+        | sluice_core::ParamError::TooLarge { field } => field,
+        sluice_core::ParamError::DelayTooLarge { .. } => "delay",
+    }
+}
+
+fn route(
+    src: &Source<'_>,
+    i: usize,
+    span: &Range<usize>,
+    r: RawRoute,
+    policies: &HashMap<String, usize>,
+    server: &Server,
+) -> Result<Route, ConfigError> {
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(span, field)), format!("route[{i}].{field}"), msg);
+    if !r.path.starts_with('/') {
+        return Err(err("path", format!("`{}` must start with `/`", r.path)));
+    }
+    let path = match r.path.strip_suffix('*') {
+        Some(prefix) if prefix.ends_with('/') => PathPattern::Prefix(prefix.to_string()),
+        Some(_) => return Err(err("path", format!("`{}`: a prefix must end in `/*`, like `/api/*`", r.path))),
+        None if r.path.contains('*') => return Err(err("path", format!("`{}`: `*` only at the end", r.path))),
+        None => PathPattern::Exact(r.path.clone()),
+    };
+    let methods = r.methods.map(|ms| ms.iter().map(|m| m.to_ascii_uppercase()).collect::<Vec<_>>());
+    if let Some(ms) = &methods
+        && let Some(bad) = ms.iter().find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        return Err(err("methods", format!("`{bad}` is not an HTTP method")));
+    }
+    let route_cost = r.cost.unwrap_or(1);
+    let mut limits = Vec::with_capacity(r.limits.len());
+    for (j, l) in r.limits.into_iter().enumerate() {
+        let lerr =
+            |msg: String| src.error(Some(src.field_line(span, "limits")), format!("route[{i}].limits[{j}]"), msg);
+        let policy = *policies.get(&l.policy).ok_or_else(|| lerr(format!("no policy named `{}`", l.policy)))?;
+        let texts = match l.key {
+            RawKey::One(s) => vec![s],
+            RawKey::Parts(v) => v,
+        };
+        if texts.is_empty() {
+            return Err(lerr("key must name at least one part".into()));
+        }
+        let parts = texts.iter().map(|t| key_part(t)).collect::<Result<Vec<_>, _>>().map_err(lerr)?;
+        if parts.iter().flatten().any(|s| *s == KeySource::User) && server.user_header.is_none() {
+            return Err(lerr("key part `user` needs `server.user_header`".into()));
+        }
+        limits.push(RouteLimit { policy, key: KeySpec { parts }, cost: l.cost.unwrap_or(route_cost) });
+    }
+    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits })
+}
+
+/// Parses one key part: sources separated by `|`, tried in order.
+fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
+    text.split('|')
+        .map(|s| {
+            let s = s.trim();
+            let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
+            let need_arg = |what: &str| {
+                if arg.is_empty() { Err(format!("key part `{s}` needs {what}")) } else { Ok(arg.to_string()) }
+            };
+            match kind {
+                "ip" => Ok(KeySource::Ip),
+                "user" => Ok(KeySource::User),
+                "method" => Ok(KeySource::Method),
+                "path" => Ok(KeySource::Path),
+                "route" => Ok(KeySource::Route),
+                "header" => Ok(KeySource::Header(need_arg("a header name, like `header:x-api-key`")?.to_ascii_lowercase())),
+                "json" => {
+                    let p = need_arg("a JSON pointer, like `json:/email`")?;
+                    if !p.starts_with('/') {
+                        return Err(format!("`{p}` is not a JSON pointer (it starts with `/`)"));
+                    }
+                    Ok(KeySource::Json(p))
+                }
+                "const" => Ok(KeySource::Const(need_arg("a value, like `const:global`")?)),
+                other => Err(format!(
+                    "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, method, path, route, const:VALUE)"
+                )),
+            }
+        })
+        .collect()
+}
+
+fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<StoreConfig, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(StoreConfig::Memory { max_keys: 1_000_000, shards: 64, evict_lru: true });
+    };
+    let span = raw.span();
+    let s = raw.into_inner();
+    let err = |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("store.{field}"), msg);
+    match s.kind.as_deref().unwrap_or("memory") {
+        "memory" => {
+            for (field, there) in [
+                ("url", s.url.is_some()),
+                ("urls", s.urls.is_some()),
+                ("on_error", s.on_error.is_some()),
+                ("key_prefix", s.key_prefix.is_some()),
+                ("timeout_ms", s.timeout_ms.is_some()),
+            ] {
+                if there {
+                    return Err(err(field, "applies only to kind = \"redis\"".into()));
+                }
+            }
+            let max_keys = s.max_keys.unwrap_or(1_000_000);
+            if max_keys == 0 {
+                return Err(err("max_keys", "must be at least 1".into()));
+            }
+            let shards = s.shards.unwrap_or(64);
+            if !shards.is_power_of_two() {
+                return Err(err("shards", format!("{shards} is not a power of two")));
+            }
+            let evict_lru = match s.when_full.as_deref().unwrap_or("evict-lru") {
+                "evict-lru" => true,
+                "refuse" => false,
+                other => return Err(err("when_full", format!("`{other}` is neither `evict-lru` nor `refuse`"))),
+            };
+            Ok(StoreConfig::Memory { max_keys, shards, evict_lru })
+        }
+        "redis" => {
+            let urls = match (s.url, s.urls) {
+                (Some(u), None) => vec![u],
+                (None, Some(us)) if !us.is_empty() => us,
+                (None, _) => return Err(err("url", "kind = \"redis\" needs `url` (or `urls` for a cluster)".into())),
+                (Some(_), Some(_)) => return Err(err("urls", "give `url` or `urls`, not both".into())),
+            };
+            if let Some(bad) = urls.iter().find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://"))) {
+                return Err(err("url", format!("`{bad}` must start with redis://")));
+            }
+            let on_error = match s.on_error.as_deref().unwrap_or("fail-open") {
+                "fail-open" => OnError::FailOpen,
+                "fail-closed" => OnError::FailClosed,
+                "local" => OnError::Local,
+                other => return Err(err("on_error", format!("`{other}` is not fail-open, fail-closed or local"))),
+            };
+            let timeout_ms = s.timeout_ms.unwrap_or(50);
+            if timeout_ms == 0 {
+                return Err(err("timeout_ms", "must be at least 1".into()));
+            }
+            Ok(StoreConfig::Redis {
+                urls,
+                cluster: s.cluster,
+                on_error,
+                timeout_ms,
+                key_prefix: s.key_prefix.unwrap_or_else(|| "sluice".into()),
+            })
+        }
+        other => Err(err("kind", format!("unknown store `{other}` (memory, redis)"))),
+    }
+}
+
+fn decision_log(src: &Source<'_>, raw: Option<toml::Spanned<RawDecisionLog>>) -> Result<DecisionLog, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(DecisionLog { sample: 0.01, denials_per_second: 100.0 });
+    };
+    let span = raw.span();
+    let d = raw.into_inner();
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("decision_log.{field}"), msg);
+    let sample = d.sample.unwrap_or(0.01);
+    if !(0.0..=1.0).contains(&sample) {
+        return Err(err("sample", format!("{sample} is not a share between 0 and 1")));
+    }
+    let denials_per_second = d.denials_per_second.unwrap_or(100.0);
+    if !(denials_per_second.is_finite() && denials_per_second >= 0.0) {
+        return Err(err("denials_per_second", format!("{denials_per_second} is not a rate (0 or more)")));
+    }
+    Ok(DecisionLog { sample, denials_per_second })
+}

@@ -1,0 +1,101 @@
+//! The configuration contract: the example parses, and every error names file, line, field.
+
+use sluice_config::{HeaderStyle, KeySource, OnDeny, PathPattern, StoreConfig, parse};
+
+const EXAMPLE: &str = include_str!("../../../examples/gateway.toml");
+
+#[test]
+fn the_documented_example_parses_into_the_expected_model() {
+    let cfg = parse("gateway.toml", EXAMPLE).unwrap();
+    assert_eq!(cfg.server.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(cfg.server.trusted_proxies.len(), 2);
+    assert_eq!(cfg.server.headers, vec![HeaderStyle::Draft6, HeaderStyle::Ietf]);
+    assert_eq!(cfg.server.on_deny, OnDeny::Respond);
+    assert_eq!(cfg.upstream.as_ref().unwrap().url, "http://127.0.0.1:9000");
+    assert_eq!(
+        cfg.policies.iter().map(|p| p.policy.name()).collect::<Vec<_>>(),
+        ["sliding-log", "token-bucket", "leaky-bucket"]
+    );
+    let reset = &cfg.routes[0];
+    assert_eq!(reset.path, PathPattern::Exact("/api/password-reset".into()));
+    assert!(reset.matches("POST", "/api/password-reset"));
+    assert!(!reset.matches("GET", "/api/password-reset"));
+    assert_eq!(reset.limits[0].key.parts, vec![vec![KeySource::Json("/email".into())]]);
+    assert!(reset.limits[0].key.needs_body());
+    assert_eq!(reset.limits[1].policy, 1);
+    let search = &cfg.routes[1];
+    assert_eq!(search.limits[0].key.parts.len(), 2);
+    assert_eq!(search.limits[0].key.to_string(), "header:x-api-key|ip + route");
+    let prefix = &cfg.routes[2];
+    assert!(prefix.matches("GET", "/api/anything/else"));
+    assert!(prefix.matches("GET", "/api"));
+    assert!(!prefix.matches("GET", "/apix"));
+    assert_eq!(cfg.store, StoreConfig::Memory { max_keys: 1_000_000, shards: 64, evict_lru: true });
+}
+
+fn error_of(text: &str) -> String {
+    parse("bad.toml", text).unwrap_err().to_string()
+}
+
+#[test]
+fn errors_name_file_line_and_field() {
+    let e = error_of("[[policy]]\nname = \"a\"\nalgorithm = \"sliding-log\"\nlimit = 3\nwindow = \"15 minutes\"\n");
+    assert!(e.starts_with("bad.toml:5: policy[0].window:"), "{e}");
+
+    let e = error_of("[[policy]]\nname = \"a\"\nalgorithm = \"token-bucket\"\ncapacity = 3\nrefill_per_second = -1\n");
+    assert!(e.starts_with("bad.toml:5: policy[0].refill_per_second:"), "{e}");
+
+    let e = error_of(
+        "[[policy]]\nname = \"a\"\nalgorithm = \"token-bucket\"\ncapacity = 3\nlimit = 5\nrefill_per_second = 1\n",
+    );
+    assert!(e.starts_with("bad.toml:5: policy[0].limit: does not apply to token-bucket"), "{e}");
+
+    let e = error_of("[[policy]]\nname = \"a\"\nalgorithm = \"gcra\"\n");
+    assert!(e.starts_with("bad.toml:3: policy[0].algorithm: unknown algorithm `gcra`"), "{e}");
+
+    let e = error_of("[server]\nlisten = \"8080\"\n");
+    assert!(e.starts_with("bad.toml:2: server.listen:"), "{e}");
+
+    let e = error_of("[server]\n\ntrusted_proxies = [\"10.0.0.0/33\"]\n");
+    assert!(e.starts_with("bad.toml:3: server.trusted_proxies:"), "{e}");
+
+    let e = error_of("[server]\nlistn = \"0.0.0.0:1\"\n");
+    assert!(e.contains("bad.toml:2: listn:"), "{e}");
+
+    let e = error_of("[[route]]\npath = \"/x\"\nlimits = [{ policy = \"nope\", key = \"ip\" }]\n");
+    assert!(e.starts_with("bad.toml:3: route[0].limits[0]: no policy named `nope`"), "{e}");
+
+    let e = error_of(
+        "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1s\"\n[[route]]\npath = \"/x\"\nlimits = [{ policy = \"p\", key = \"cookie:sid\" }]\n",
+    );
+    assert!(e.starts_with("bad.toml:8: route[0].limits[0]: unknown key part `cookie`"), "{e}");
+
+    let e = error_of("[store]\nkind = \"redis\"\n");
+    assert!(e.starts_with("bad.toml:2: store.url:") || e.starts_with("bad.toml:1: store.url:"), "{e}");
+
+    let e = error_of("this is = = not toml");
+    assert!(e.starts_with("bad.toml:1: (syntax):"), "{e}");
+}
+
+#[test]
+fn duplicate_policy_names_and_user_without_header_are_refused() {
+    let two = "[[policy]]\nname = \"a\"\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1s\"\n";
+    let e = error_of(&format!("{two}{two}"));
+    assert!(e.starts_with("bad.toml:7: policy[1].name: duplicate policy name `a`"), "{e}");
+    let e = error_of(&format!("{two}[[route]]\npath = \"/x\"\nlimits = [{{ policy = \"a\", key = \"user\" }}]\n"));
+    assert!(e.contains("needs `server.user_header`"), "{e}");
+}
+
+#[test]
+fn leaky_bucket_modes() {
+    let base = "[[policy]]\nname = \"l\"\nalgorithm = \"leaky-bucket\"\nrate_per_second = 2\ncapacity = 5\n";
+    let cfg = parse("x.toml", &format!("{base}mode = \"shape\"\ndelay = 2\n")).unwrap();
+    match cfg.policies[0].policy {
+        sluice_core::Policy::LeakyBucket(lb) => assert_eq!(lb.mode(), sluice_core::LeakMode::Shape { delay: 2 }),
+        ref other => panic!("{other:?}"),
+    }
+    let e = error_of(&format!("{base}delay = 2\n"));
+    assert!(e.contains("policy[0].delay: applies only to mode"), "{e}");
+    let e = error_of(&format!("{base}mode = \"shape\"\ndelay = 5\n"));
+    assert!(e.contains("policy[0].delay"), "{e}");
+}
