@@ -48,6 +48,8 @@ pub struct Server {
     pub max_body_bytes: usize,
     /// Secret keying the key hash; instances sharing a store must share it.
     pub key_secret: Option<String>,
+    /// Serve `POST /v1/check`; `None`: only when there is no upstream (a decision service).
+    pub decision_api: Option<bool>,
 }
 
 /// A rate-limit header style (DESIGN §2).

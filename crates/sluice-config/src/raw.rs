@@ -31,6 +31,7 @@ pub(crate) struct RawServer {
     pub user_header: Option<String>,
     pub max_body_bytes: Option<usize>,
     pub key_secret: Option<String>,
+    pub decision_api: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

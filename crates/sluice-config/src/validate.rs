@@ -39,7 +39,7 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         .enumerate()
         .map(|(i, r)| {
             let span = r.span();
-            route(src, i, &span, r.into_inner(), &by_name, &server)
+            route(src, i, &span, r.into_inner(), &by_name, &policies, &server)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let store = store(src, raw.store)?;
@@ -127,6 +127,7 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<Ser
         user_header,
         max_body_bytes,
         key_secret: s.key_secret,
+        decision_api: s.decision_api,
     })
 }
 
@@ -238,6 +239,7 @@ fn route(
     span: &Range<usize>,
     r: RawRoute,
     policies: &HashMap<String, usize>,
+    configured: &[PolicyConfig],
     server: &Server,
 ) -> Result<Route, ConfigError> {
     let err =
@@ -274,7 +276,15 @@ fn route(
         if parts.iter().flatten().any(|s| *s == KeySource::User) && server.user_header.is_none() {
             return Err(lerr("key part `user` needs `server.user_header`".into()));
         }
-        limits.push(RouteLimit { policy, key: KeySpec { parts }, cost: l.cost.unwrap_or(route_cost) });
+        let cost = l.cost.unwrap_or(route_cost);
+        let limit = configured[policy].policy.limit();
+        if cost > limit {
+            return Err(lerr(format!(
+                "cost {cost} exceeds policy `{}`'s limit {limit}: no request could pass",
+                l.policy
+            )));
+        }
+        limits.push(RouteLimit { policy, key: KeySpec { parts }, cost });
     }
     Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits })
 }

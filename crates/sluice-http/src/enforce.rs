@@ -1,0 +1,111 @@
+//! Deciding a request's checks against a store, with shadow policies kept apart.
+
+use std::sync::Arc;
+
+use sluice_core::{Decision, Nanos, Policy};
+use sluice_store::{Check, KeyHasher, Store, StoreError};
+
+/// A policy as the HTTP layer needs to know it.
+#[derive(Debug, Clone)]
+pub struct PolicyInfo {
+    /// The policy's name.
+    pub name: String,
+    /// The validated policy.
+    pub policy: Policy,
+    /// Decide and count, never deny.
+    pub shadow: bool,
+}
+
+/// The outcome of one request's checks.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// True when every enforced check admitted (shadow checks never deny).
+    pub allowed: bool,
+    /// One decision per check, in the order given.
+    pub decisions: Vec<Decision>,
+    /// Index (into the checks) of the limit to describe in headers: the one that denied, or the
+    /// one closest to denying.
+    pub describe: Option<usize>,
+    /// Indices of shadow checks that would have denied.
+    pub shadow_denied: Vec<usize>,
+}
+
+impl Outcome {
+    /// The delay to hold the request for (shaping): the longest of its limits' delays.
+    pub fn delay(&self) -> Nanos {
+        self.decisions.iter().map(|d| d.delay).max().unwrap_or(0)
+    }
+}
+
+/// Decides checks for the HTTP faces: enforced checks together (all-or-nothing) and, apart
+/// from them, shadow checks, which are decided and charged as if enforced but never deny.
+#[derive(Clone)]
+pub struct Enforcer {
+    store: Arc<dyn Store>,
+    hasher: KeyHasher,
+    policies: Arc<[PolicyInfo]>,
+}
+
+impl std::fmt::Debug for Enforcer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enforcer").field("store", &self.store.kind()).field("policies", &self.policies).finish()
+    }
+}
+
+impl Enforcer {
+    /// An enforcer over `store`, whose policies (same order) are described by `policies`.
+    pub fn new(store: Arc<dyn Store>, hasher: KeyHasher, policies: Vec<PolicyInfo>) -> Self {
+        Self { store, hasher, policies: policies.into() }
+    }
+
+    /// The key hasher.
+    pub fn hasher(&self) -> &KeyHasher {
+        &self.hasher
+    }
+
+    /// The policies, indexed as checks refer to them.
+    pub fn policies(&self) -> &[PolicyInfo] {
+        &self.policies
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Index of the policy called `name`.
+    pub fn policy_index(&self, name: &str) -> Option<usize> {
+        self.policies.iter().position(|p| p.name == name)
+    }
+
+    /// Decides `checks` for one request.
+    pub async fn decide(&self, checks: &[Check]) -> Result<Outcome, StoreError> {
+        let any_shadow = checks.iter().any(|c| self.policies.get(c.policy).is_some_and(|p| p.shadow));
+        if !any_shadow {
+            let v = self.store.decide(checks, None).await?;
+            let describe = v.tightest();
+            return Ok(Outcome { allowed: v.allowed, decisions: v.decisions, describe, shadow_denied: Vec::new() });
+        }
+        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
+            (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(|p| p.shadow));
+        let pick = |idx: &[usize]| idx.iter().map(|&i| checks[i]).collect::<Vec<_>>();
+        let enforced_v = self.store.decide(&pick(&enforced), None).await?;
+        let shadow_v = self.store.decide(&pick(&shadow), None).await?;
+        let mut decisions = vec![enforced_v.decisions.first().copied().unwrap_or(NO_DECISION); checks.len()];
+        for (j, &i) in enforced.iter().enumerate() {
+            decisions[i] = enforced_v.decisions[j];
+        }
+        let mut shadow_denied = Vec::new();
+        for (j, &i) in shadow.iter().enumerate() {
+            decisions[i] = shadow_v.decisions[j];
+            if !shadow_v.decisions[j].allowed {
+                shadow_denied.push(i);
+            }
+        }
+        let describe = enforced_v.tightest().map(|j| enforced[j]);
+        Ok(Outcome { allowed: enforced_v.allowed, decisions, describe, shadow_denied })
+    }
+}
+
+const NO_DECISION: Decision =
+    Decision { allowed: true, limit: 0, remaining: 0, reset_after: 0, retry_after: 0, delay: 0 };

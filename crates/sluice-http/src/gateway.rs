@@ -1,0 +1,254 @@
+//! The gateway: routes, keys, decisions, denials, shaping, proxying; reloadable.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use http::header::HeaderValue;
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use sluice_config::{Config, OnDeny};
+use sluice_core::{Clock, SystemClock};
+use sluice_store::{Check, KeyHasher, Store, StoreError};
+
+use crate::body::{ReplayBody, read_prefix};
+use crate::check_api;
+use crate::enforce::{Enforcer, Outcome, PolicyInfo};
+use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_rate_limit_headers};
+use crate::identity::ClientIdentity;
+use crate::keys::{RequestFacts, key_for};
+use crate::proxy::Upstream;
+use crate::respond::{self, Body};
+use crate::serve::{Dropped, Handler};
+
+/// Builds the store for a configuration; on reload it is given the store in use, so that
+/// policies that did not change keep their state.
+pub trait StoreFactory: Send + Sync + 'static {
+    /// The store for `config` (its policies in config order).
+    fn build(&self, config: &Config, previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, String>;
+}
+
+/// One loaded configuration and everything derived from it.
+pub struct Loaded {
+    /// The configuration.
+    pub config: Config,
+    /// Decides checks.
+    pub enforcer: Enforcer,
+    identity: ClientIdentity,
+    upstream: Option<Upstream>,
+    decision_api: bool,
+}
+
+impl Loaded {
+    /// Derives the gateway's working state from `config` and a store for it.
+    pub fn new(config: Config, store: Arc<dyn Store>, hasher: KeyHasher) -> Result<Self, String> {
+        let policies = config
+            .policies
+            .iter()
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow })
+            .collect();
+        let identity = ClientIdentity::new(config.server.trusted_proxies.clone(), config.server.ipv6_prefix);
+        let upstream =
+            config.upstream.as_ref().map(|u| Upstream::new(&u.url, Duration::from_nanos(u.timeout))).transpose()?;
+        let decision_api = config.server.decision_api.unwrap_or(config.upstream.is_none());
+        Ok(Self { enforcer: Enforcer::new(store, hasher, policies), identity, upstream, decision_api, config })
+    }
+}
+
+/// The gateway's request handler. Cheap to share; [`Gateway::reload`] swaps its configuration
+/// atomically while requests are in flight.
+pub struct Gateway {
+    current: ArcSwap<Loaded>,
+    factory: Box<dyn StoreFactory>,
+    hasher: KeyHasher,
+    clock: SystemClock,
+    in_flight: AtomicUsize,
+}
+
+impl Gateway {
+    /// A gateway for `config`, with stores from `factory`. The key secret comes from the
+    /// config; without one, a random secret is drawn (right for a single instance).
+    pub fn new(config: Config, factory: Box<dyn StoreFactory>) -> Result<Self, String> {
+        let hasher = match &config.server.key_secret {
+            Some(s) => KeyHasher::from_secret(s.as_bytes()),
+            None => KeyHasher::random(),
+        };
+        let store = factory.build(&config, None)?;
+        let loaded = Loaded::new(config, store, hasher.clone())?;
+        Ok(Self {
+            current: ArcSwap::from_pointee(loaded),
+            factory,
+            hasher,
+            clock: SystemClock::new(),
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// Replaces the configuration. A configuration whose store cannot be built is refused and
+    /// the current one keeps serving. Policies that did not change keep their state.
+    pub fn reload(&self, config: Config) -> Result<(), String> {
+        if config.server.key_secret != self.current.load().config.server.key_secret {
+            return Err("server.key_secret cannot change on reload: restart to change it".into());
+        }
+        if config.server.listen != self.current.load().config.server.listen {
+            return Err("server.listen cannot change on reload: restart to change it".into());
+        }
+        let previous = self.current.load().enforcer.store().clone();
+        let store = self.factory.build(&config, Some(&previous))?;
+        let loaded = Loaded::new(config, store, self.hasher.clone())?;
+        self.current.store(Arc::new(loaded));
+        Ok(())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Loaded> {
+        self.current.load_full()
+    }
+
+    /// Requests being handled now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    fn unix_now(&self) -> u64 {
+        self.clock.now() / 1_000_000_000
+    }
+
+    async fn route(
+        &self,
+        loaded: &Loaded,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, Dropped> {
+        let path = req.uri().path().to_owned();
+        if loaded.decision_api && path == check_api::PATH {
+            if req.method() != Method::POST {
+                let mut res = respond::error(405, "method_not_allowed", "Use POST.");
+                res.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("POST"));
+                return Ok(res);
+            }
+            return Ok(check_api::handle(&loaded.enforcer, &loaded.config, req, self.unix_now()).await);
+        }
+        let method = req.method().as_str().to_owned();
+        let route = loaded.config.routes.iter().find(|r| r.matches(&method, &path));
+        let peer_ip = peer.ip();
+        let client = loaded.identity.client_ip(peer_ip, req.headers());
+        let Some(route) = route else {
+            return Ok(match &loaded.upstream {
+                Some(up) => {
+                    let (parts, body) = req.into_parts();
+                    up.forward(Request::from_parts(parts, ReplayBody::untouched(body)), client).await
+                }
+                None => respond::error(404, "not_found", "No such route."),
+            });
+        };
+
+        // A JSON key part needs the body: read a bounded prefix and keep it for forwarding.
+        let needs_body = route.limits.iter().any(|l| l.key.needs_body());
+        let (parts, body) = req.into_parts();
+        let (json, body) = if needs_body {
+            match read_prefix(body, loaded.config.server.max_body_bytes).await {
+                Ok(prefix) => {
+                    let json = if prefix.complete { serde_json::from_slice(&prefix.bytes).ok() } else { None };
+                    (json, prefix.body)
+                }
+                Err(_) => return Ok(respond::error(400, "bad_request", "The request body could not be read.")),
+            }
+        } else {
+            (None, ReplayBody::untouched(body))
+        };
+
+        let facts = RequestFacts {
+            method: &method,
+            path: &path,
+            route: &route.name,
+            client: loaded.identity.group(client),
+            peer_trusted: loaded.identity.is_trusted(peer_ip),
+            headers: &parts.headers,
+            user_header: loaded.config.server.user_header.as_deref(),
+            json: json.as_ref(),
+        };
+        let enforcer = &loaded.enforcer;
+        let checks: Vec<Check> = route
+            .limits
+            .iter()
+            .map(|l| {
+                let (key, _kind) = key_for(enforcer.hasher(), &enforcer.policies()[l.policy].name, &l.key, &facts);
+                Check { policy: l.policy, key, cost: l.cost }
+            })
+            .collect();
+        let outcome = match enforcer.decide(&checks).await {
+            Ok(o) => o,
+            Err(e) => return Ok(store_failure(&e)),
+        };
+        let view = describe(loaded, &checks, &outcome);
+        if !outcome.allowed {
+            tracing::debug!(target: "sluice::decision", route = %route.name,
+                policy = view.map_or("", |v| v.name), "denied");
+            if loaded.config.server.on_deny == OnDeny::Drop {
+                return Err(Dropped);
+            }
+            let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
+            let mut res = respond::denial(loaded.config.server.deny_status, secs);
+            if let Some(v) = &view {
+                write_rate_limit_headers(res.headers_mut(), &loaded.config.server.headers, v, self.unix_now());
+            }
+            write_denial_headers(res.headers_mut(), secs);
+            return Ok(res);
+        }
+        let delay = outcome.delay();
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_nanos(delay)).await;
+        }
+        let mut res = match &loaded.upstream {
+            Some(up) => up.forward(Request::from_parts(parts, body), client).await,
+            None => respond::json(200, &serde_json::json!({ "status": "allowed", "route": route.name })),
+        };
+        if let Some(v) = &view {
+            write_rate_limit_headers(res.headers_mut(), &loaded.config.server.headers, v, self.unix_now());
+        }
+        Ok(res)
+    }
+}
+
+/// The limit a response describes: the one that denied, or the one closest to denying.
+fn describe<'a>(loaded: &'a Loaded, checks: &[Check], outcome: &Outcome) -> Option<LimitView<'a>> {
+    let i = outcome.describe?;
+    let info = &loaded.enforcer.policies()[checks[i].policy];
+    Some(LimitView { name: &info.name, window: info.policy.window(), decision: outcome.decisions[i] })
+}
+
+/// A store that cannot decide (fail-closed, or full and refusing): 503, the limiter is
+/// unavailable, not the client's quota.
+pub(crate) fn store_failure(e: &StoreError) -> Response<Body> {
+    tracing::warn!(target: "sluice::store", error = %e, "store could not decide");
+    let mut res = respond::error(503, "limiter_unavailable", "The rate limiter is unavailable; retry shortly.");
+    write_denial_headers(res.headers_mut(), 1);
+    res
+}
+
+/// Guard that counts a request in flight.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Handler for Gateway {
+    async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
+        let loaded = self.current.load_full();
+        let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _guard = InFlight(&self.in_flight);
+        if before >= loaded.config.server.max_in_flight {
+            tracing::debug!(target: "sluice::shed", in_flight = before, "shed");
+            let mut res = respond::error(503, "overloaded", "The service is overloaded; retry shortly.");
+            write_denial_headers(res.headers_mut(), 1);
+            return Ok(res);
+        }
+        self.route(&loaded, peer, req).await
+    }
+}

@@ -1,0 +1,215 @@
+//! Who is asking: the client address behind trusted proxies, grouped so that one IPv6 host
+//! cannot multiply itself across its /64 (or larger) allocation.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use http::HeaderMap;
+use ipnet::IpNet;
+
+/// Resolves the client address of a request.
+///
+/// The socket peer is the client unless it is a trusted proxy. Then the forwarding chain
+/// (`Forwarded` if present, else `X-Forwarded-For`) is walked from the right, skipping trusted
+/// hops; the first untrusted address is the client. The leftmost entry is never believed just
+/// for being leftmost: a client can write anything there. A malformed chain falls back to the
+/// peer. IPv4-mapped IPv6 addresses are unwrapped.
+///
+/// ```
+/// use sluice_http::identity::ClientIdentity;
+/// let id = ClientIdentity::new(vec!["10.0.0.0/8".parse().unwrap()], 56);
+/// let mut h = http::HeaderMap::new();
+/// h.insert("x-forwarded-for", "6.6.6.6, 203.0.113.9, 10.0.0.2".parse().unwrap());
+/// // The peer 10.0.0.1 and the hop 10.0.0.2 are trusted; 203.0.113.9 is the client,
+/// // whatever the client wrote on the left.
+/// assert_eq!(id.client_ip("10.0.0.1".parse().unwrap(), &h).to_string(), "203.0.113.9");
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientIdentity {
+    trusted: Vec<IpNet>,
+    ipv6_prefix: u8,
+}
+
+impl ClientIdentity {
+    /// Trusts `trusted` proxies; groups IPv6 clients by `ipv6_prefix` bits.
+    pub fn new(trusted: Vec<IpNet>, ipv6_prefix: u8) -> Self {
+        Self { trusted, ipv6_prefix: ipv6_prefix.min(128) }
+    }
+
+    /// True when `ip` is one of the trusted proxies.
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = unmap(ip);
+        self.trusted.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client address (not yet grouped).
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let peer = unmap(peer);
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let chain =
+            if headers.contains_key(http::header::FORWARDED) { forwarded_chain(headers) } else { xff_chain(headers) };
+        let Some(chain) = chain else { return peer };
+        let mut client = peer;
+        for hop in chain.iter().rev() {
+            client = unmap(*hop);
+            if !self.is_trusted(client) {
+                return client;
+            }
+        }
+        client
+    }
+
+    /// The key material for a client address: IPv4 as is, IPv6 masked to the prefix.
+    pub fn group(&self, ip: IpAddr) -> IpAddr {
+        match unmap(ip) {
+            IpAddr::V4(v4) => IpAddr::V4(v4),
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let mask = if self.ipv6_prefix == 0 { 0 } else { u128::MAX << (128 - self.ipv6_prefix as u32) };
+                IpAddr::V6(Ipv6Addr::from(bits & mask))
+            }
+        }
+    }
+}
+
+/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) to IPv4.
+fn unmap(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// All `X-Forwarded-For` entries, in order; `None` if any entry is not an address.
+fn xff_chain(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
+    let mut out = Vec::new();
+    for value in headers.get_all("x-forwarded-for") {
+        let text = value.to_str().ok()?;
+        for entry in text.split(',') {
+            out.push(parse_node(entry.trim())?);
+        }
+    }
+    Some(out)
+}
+
+/// All `for=` nodes of `Forwarded` (RFC 7239), in order; `None` if any is malformed or
+/// obfuscated (`unknown`, `_hidden`): an address we cannot check cannot be trusted past.
+fn forwarded_chain(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
+    let mut out = Vec::new();
+    for value in headers.get_all(http::header::FORWARDED) {
+        let text = value.to_str().ok()?;
+        for element in text.split(',') {
+            let mut node = None;
+            for pair in element.split(';') {
+                let (k, v) = pair.trim().split_once('=')?;
+                if k.trim().eq_ignore_ascii_case("for") {
+                    node = Some(parse_node(v.trim().trim_matches('"'))?);
+                }
+            }
+            out.push(node?);
+        }
+    }
+    Some(out)
+}
+
+/// `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443`.
+fn parse_node(s: &str) -> Option<IpAddr> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        if !(after.is_empty() || after.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())) {
+            return None;
+        }
+        return inside.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    let (host, port) = s.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> ClientIdentity {
+        ClientIdentity::new(vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()], 56)
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+        }
+        h
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn untrusted_peer_is_the_client_whatever_it_claims() {
+        let h = headers(&[("x-forwarded-for", "1.1.1.1"), ("forwarded", "for=2.2.2.2")]);
+        assert_eq!(id().client_ip(ip("203.0.113.5"), &h), ip("203.0.113.5"));
+    }
+
+    #[test]
+    fn trusted_chain_is_walked_right_to_left() {
+        let h = headers(&[("x-forwarded-for", "9.9.9.9, 198.51.100.7, 10.1.1.1")]);
+        assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("198.51.100.7"));
+        // Several header lines form one list.
+        let h = headers(&[("x-forwarded-for", "9.9.9.9"), ("x-forwarded-for", "198.51.100.8")]);
+        assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("198.51.100.8"));
+    }
+
+    #[test]
+    fn forwarded_header_wins_and_parses_rfc7239_forms() {
+        let h = headers(&[
+            ("x-forwarded-for", "1.1.1.1"),
+            ("forwarded", r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#),
+        ]);
+        assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("2001:db8:cafe::17"));
+    }
+
+    #[test]
+    fn malformed_chains_fall_back_to_the_peer() {
+        for bad in ["not-an-ip", "1.2.3.4, ,", "[::1", "1.2.3.4:99999", "😀"] {
+            let h = headers(&[("x-forwarded-for", bad)]);
+            assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("10.0.0.1"), "{bad}");
+        }
+        for bad in ["for=unknown", "for=_hidden", "proto=http", "for"] {
+            let h = headers(&[("forwarded", bad)]);
+            assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("10.0.0.1"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn all_trusted_chain_ends_at_its_leftmost_hop() {
+        let h = headers(&[("x-forwarded-for", "10.9.9.9, 10.8.8.8")]);
+        assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("10.9.9.9"));
+    }
+
+    #[test]
+    fn mapped_addresses_are_unwrapped_and_v6_grouped() {
+        let i = id();
+        assert_eq!(i.client_ip(ip("::ffff:10.0.0.1"), &headers(&[("x-forwarded-for", "5.5.5.5")])), ip("5.5.5.5"));
+        assert_eq!(i.group(ip("2001:db8:1:2ff:aaaa::1")), ip("2001:db8:1:200::"));
+        assert_eq!(i.group(ip("2001:db8:1:2ee::9")), ip("2001:db8:1:200::"));
+        assert_eq!(i.group(ip("192.0.2.1")), ip("192.0.2.1"));
+        assert_eq!(ClientIdentity::new(vec![], 0).group(ip("2001:db8::1")), ip("::"));
+        assert_eq!(ClientIdentity::new(vec![], 128).group(ip("2001:db8::1")), ip("2001:db8::1"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_headers(xff in ".{0,80}", fwd in ".{0,80}") {
+            let mut h = HeaderMap::new();
+            if let Ok(v) = xff.parse() { h.insert("x-forwarded-for", v); }
+            if let Ok(v) = fwd.parse() { h.insert("forwarded", v); }
+            let _ = id().client_ip(ip("10.0.0.1"), &h);
+        }
+    }
+}

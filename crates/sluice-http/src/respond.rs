@@ -1,0 +1,40 @@
+//! JSON responses sluice writes itself.
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use serde::Serialize;
+
+/// The body of every response the gateway sends: its own JSON, or the upstream's stream.
+pub type Body = Either<Full<Bytes>, Incoming>;
+
+/// A JSON response with `Content-Type` and `Content-Length`.
+pub fn json<T: Serialize>(status: u16, payload: &T) -> Response<Body> {
+    let body = serde_json::to_vec(payload).unwrap_or_else(|_| b"{}".to_vec());
+    let len = body.len();
+    let mut res = Response::new(Either::Left(Full::new(Bytes::from(body))));
+    *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+    h.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    res
+}
+
+/// `{"error": code, "message": message}`
+pub fn error(status: u16, code: &str, message: &str) -> Response<Body> {
+    json(status, &serde_json::json!({ "error": code, "message": message }))
+}
+
+/// The body of a denial. It names no key, IP or policy: those go to the logs only.
+pub fn denial(status: u16, retry_after_secs: u64) -> Response<Body> {
+    json(
+        status,
+        &serde_json::json!({
+            "error": "rate_limit_exceeded",
+            "message": format!("Too many requests. Retry after {retry_after_secs} s."),
+            "retry_after_seconds": retry_after_secs,
+        }),
+    )
+}

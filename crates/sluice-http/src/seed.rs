@@ -1,0 +1,205 @@
+//! The default service: the seed tutorial's server, response for response.
+//!
+//! `GET /api/hello` is limited per client IP by a token bucket, `GET /health` answers
+//! `{"status":"ok"}`, and everything else is a JSON 404. A non-GET on `/api/hello` is 405 with
+//! `Allow: GET`, counted against the limit as in the tutorial (the limit is checked first).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::header::{ALLOW, HeaderName, HeaderValue};
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use sluice_core::{ParamError, TokenBucket};
+use sluice_store::{Check, KeyHasher, Store};
+
+use crate::headers::{retry_after_secs, write_denial_headers};
+use crate::identity::ClientIdentity;
+use crate::respond::{self, Body};
+use crate::serve::{Dropped, Handler};
+
+/// The default service's settings, from `PORT`, `RATE_LIMIT_CAPACITY` and
+/// `RATE_LIMIT_REFILL_PER_SECOND`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SeedConfig {
+    /// Port to listen on (0: any free port).
+    pub port: u16,
+    /// Bucket capacity.
+    pub capacity: u64,
+    /// Tokens added per second.
+    pub refill_per_second: f64,
+}
+
+impl Default for SeedConfig {
+    fn default() -> Self {
+        Self { port: 3000, capacity: 5, refill_per_second: 1.0 }
+    }
+}
+
+/// A variable whose value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?} is invalid: {expected}")]
+pub struct EnvError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What it should be.
+    pub expected: &'static str,
+}
+
+impl SeedConfig {
+    /// Reads the settings through `lookup` (e.g. `|k| std::env::var(k).ok()`). Unset or empty
+    /// variables take their defaults; anything malformed is an error naming the variable.
+    ///
+    /// ```
+    /// use sluice_http::seed::SeedConfig;
+    /// let env = |k: &str| (k == "RATE_LIMIT_CAPACITY").then(|| "abc".to_string());
+    /// let err = SeedConfig::from_lookup(env).unwrap_err();
+    /// assert_eq!(err.name, "RATE_LIMIT_CAPACITY");
+    /// ```
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let mut cfg = Self::default();
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        if let Some(v) = get("PORT") {
+            cfg.port = v.trim().parse().map_err(|_| EnvError {
+                name: "PORT",
+                value: v.clone(),
+                expected: "a port number from 0 to 65535",
+            })?;
+        }
+        if let Some(v) = get("RATE_LIMIT_CAPACITY") {
+            cfg.capacity = v.trim().parse::<u64>().ok().filter(|&c| c > 0).ok_or(EnvError {
+                name: "RATE_LIMIT_CAPACITY",
+                value: v.clone(),
+                expected: "a whole number of tokens, at least 1",
+            })?;
+        }
+        if let Some(v) = get("RATE_LIMIT_REFILL_PER_SECOND") {
+            cfg.refill_per_second =
+                v.trim().parse::<f64>().ok().filter(|r| r.is_finite() && *r > 0.0).ok_or(EnvError {
+                    name: "RATE_LIMIT_REFILL_PER_SECOND",
+                    value: v.clone(),
+                    expected: "a positive number of tokens per second, like 1 or 0.5",
+                })?;
+        }
+        Ok(cfg)
+    }
+
+    /// The token bucket these settings describe.
+    pub fn policy(&self) -> Result<TokenBucket, ParamError> {
+        TokenBucket::new(self.capacity, self.refill_per_second)
+    }
+}
+
+/// The default service. Its store must hold one policy: the seed token bucket.
+pub struct SeedService {
+    store: Arc<dyn Store>,
+    hasher: KeyHasher,
+    identity: ClientIdentity,
+    capacity: u64,
+}
+
+static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+
+impl SeedService {
+    /// The service over `store` (whose policy 0 is the seed bucket of `capacity`).
+    pub fn new(store: Arc<dyn Store>, capacity: u64) -> Self {
+        Self { store, hasher: KeyHasher::random(), identity: ClientIdentity::new(Vec::new(), 56), capacity }
+    }
+
+    async fn hello(&self, peer: SocketAddr, method: &Method) -> Response<Body> {
+        let ip = self.identity.client_ip(peer.ip(), &http::HeaderMap::new());
+        let grouped = self.identity.group(ip).to_string();
+        let check = [Check { policy: 0, key: self.hasher.hash(&[b"ip", grouped.as_bytes()]), cost: 1 }];
+        let decision = match self.store.decide(&check, None).await {
+            Ok(v) => v.decisions[0],
+            Err(e) => return crate::gateway::store_failure(&e),
+        };
+        let quota = |res: &mut Response<Body>| {
+            res.headers_mut().insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(self.capacity));
+            res.headers_mut().insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(decision.remaining));
+        };
+        if !decision.allowed {
+            let secs = retry_after_secs(&decision);
+            let mut res = respond::json(
+                429,
+                &serde_json::json!({
+                    "error": "rate_limit_exceeded",
+                    "message": "Перевищено частоту запитів.",
+                    "retryAfterSeconds": secs,
+                    "retry_after_seconds": secs,
+                }),
+            );
+            quota(&mut res);
+            write_denial_headers(res.headers_mut(), secs);
+            return res;
+        }
+        if method != Method::GET {
+            let mut res = respond::error(405, "method_not_allowed", "Підтримується лише метод GET.");
+            quota(&mut res);
+            res.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+            return res;
+        }
+        let mut res =
+            respond::json(200, &serde_json::json!({ "message": "Запит дозволено.", "client": ip.to_string() }));
+        quota(&mut res);
+        res
+    }
+}
+
+impl Handler for SeedService {
+    async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
+        let path = req.uri().path();
+        if req.method() == Method::GET && path == "/health" {
+            return Ok(respond::json(200, &serde_json::json!({ "status": "ok" })));
+        }
+        if path == "/api/hello" {
+            return Ok(self.hello(peer, req.method()).await);
+        }
+        Ok(respond::error(404, "not_found", "Маршрут не знайдено."))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        assert_eq!(SeedConfig::from_lookup(env(&[])).unwrap(), SeedConfig::default());
+        let c = SeedConfig::from_lookup(env(&[
+            ("PORT", "8080"),
+            ("RATE_LIMIT_CAPACITY", "20"),
+            ("RATE_LIMIT_REFILL_PER_SECOND", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(c, SeedConfig { port: 8080, capacity: 20, refill_per_second: 2.0 });
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable_and_value() {
+        for (pairs, name) in [
+            (&[("RATE_LIMIT_CAPACITY", "abc")][..], "RATE_LIMIT_CAPACITY"),
+            (&[("RATE_LIMIT_CAPACITY", "0")][..], "RATE_LIMIT_CAPACITY"),
+            (&[("RATE_LIMIT_CAPACITY", "-1")][..], "RATE_LIMIT_CAPACITY"),
+            (&[("RATE_LIMIT_CAPACITY", "2.5")][..], "RATE_LIMIT_CAPACITY"),
+            (&[("RATE_LIMIT_REFILL_PER_SECOND", "0")][..], "RATE_LIMIT_REFILL_PER_SECOND"),
+            (&[("RATE_LIMIT_REFILL_PER_SECOND", "NaN")][..], "RATE_LIMIT_REFILL_PER_SECOND"),
+            (&[("RATE_LIMIT_REFILL_PER_SECOND", "inf")][..], "RATE_LIMIT_REFILL_PER_SECOND"),
+            (&[("PORT", "70000")][..], "PORT"),
+            (&[("PORT", "http")][..], "PORT"),
+        ] {
+            let pairs: &'static [(&str, &str)] = Box::leak(pairs.to_vec().into_boxed_slice());
+            let e = SeedConfig::from_lookup(env(pairs)).unwrap_err();
+            assert_eq!(e.name, name);
+            assert_eq!(e.value, pairs[0].1);
+            assert!(e.to_string().starts_with(&format!("{name}=")), "{e}");
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The accept loop shared by every HTTP face: HTTP/1.1 connections, graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::respond::Body;
+
+/// A handler's refusal to answer: the connection is closed without a response
+/// (`on_deny = "drop"`).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("connection dropped by policy")]
+pub struct Dropped;
+
+/// Something that answers requests.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request from `peer`.
+    fn handle(
+        self: Arc<Self>,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+    ) -> impl Future<Output = Result<Response<Body>, Dropped>> + Send;
+}
+
+/// Serves `handler` on `listener` until `shutdown` completes, then stops accepting and lets
+/// in-flight requests finish (for at most `drain`).
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                let service = service_fn(move |req| {
+                    let handler = handler.clone();
+                    async move { handler.handle(peer, req).await }
+                });
+                let conn = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C).
+pub async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The service_fn's error type must be an error; [`Dropped`] is one. This alias documents it.
+pub type ServiceResult = Result<Response<Body>, Dropped>;

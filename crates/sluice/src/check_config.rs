@@ -1,0 +1,87 @@
+//! `sluice check-config FILE`: validate and show what the gateway would enforce.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use sluice_config::{Config, StoreConfig, format_duration};
+use sluice_core::Policy;
+
+/// Arguments of `sluice check-config`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The TOML configuration to check.
+    pub file: PathBuf,
+}
+
+/// Runs `sluice check-config`: prints the resolved configuration, or the error (exit 1).
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let config = sluice_config::load(&args.file).map_err(|e| anyhow!("{e}"))?;
+    print!("{}", describe(&config));
+    println!("{}: OK", args.file.display());
+    Ok(())
+}
+
+fn policy_text(p: &Policy) -> String {
+    match p {
+        Policy::FixedWindow(f) => format!("fixed-window limit={} window={}", p.limit(), format_duration(f.window())),
+        Policy::SlidingLog(f) => format!("sliding-log limit={} window={}", p.limit(), format_duration(f.window())),
+        Policy::SlidingWindow(f) => {
+            format!("sliding-window limit={} window={}", p.limit(), format_duration(f.window()))
+        }
+        Policy::TokenBucket(t) => {
+            format!("token-bucket capacity={} refill_per_second={}", t.capacity(), 1e9 / t.interval() as f64)
+        }
+        Policy::LeakyBucket(l) => format!(
+            "leaky-bucket rate_per_second={} capacity={} mode={:?}",
+            1e9 / l.interval() as f64,
+            l.capacity(),
+            l.mode()
+        ),
+    }
+}
+
+/// A human-readable summary of a configuration.
+pub fn describe(c: &Config) -> String {
+    let mut out = String::new();
+    let s = &c.server;
+    let _ = writeln!(out, "listen: {}", s.listen);
+    let _ = writeln!(
+        out,
+        "trusted proxies: {}",
+        if s.trusted_proxies.is_empty() {
+            "none (forwarding headers ignored)".to_string()
+        } else {
+            s.trusted_proxies.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+        }
+    );
+    let _ = writeln!(out, "ipv6 prefix: /{}", s.ipv6_prefix);
+    let _ = writeln!(out, "headers: {}", s.headers.iter().map(|h| h.name()).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(out, "deny: status {} ({:?})", s.deny_status, s.on_deny);
+    let _ = writeln!(out, "upstream: {}", c.upstream.as_ref().map_or("none (sluice answers)", |u| u.url.as_str()));
+    let _ = match &c.store {
+        StoreConfig::Memory { max_keys, shards, evict_lru } => writeln!(
+            out,
+            "store: memory, {max_keys} keys per policy, {shards} shards, when full: {}",
+            if *evict_lru { "evict-lru" } else { "refuse" }
+        ),
+        StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => writeln!(
+            out,
+            "store: redis {} (cluster: {cluster}), on error: {on_error:?}, timeout {timeout_ms} ms, prefix {key_prefix}",
+            urls.join(", ")
+        ),
+    };
+    let _ = writeln!(out, "policies:");
+    for p in &c.policies {
+        let _ = writeln!(out, "  {}: {}{}", p.name, policy_text(&p.policy), if p.shadow { " (shadow)" } else { "" });
+    }
+    let _ = writeln!(out, "routes:");
+    for r in &c.routes {
+        let methods = r.methods.as_ref().map_or("any method".to_string(), |m| m.join(","));
+        let _ = writeln!(out, "  {} [{}] ({methods})", r.path, r.name);
+        for l in &r.limits {
+            let _ = writeln!(out, "    - {} by {} (cost {})", c.policies[l.policy].name, l.key, l.cost);
+        }
+    }
+    out
+}

@@ -1,0 +1,104 @@
+//! `sluice serve`: the seed service without a config, the gateway with one.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use sluice_core::{Policy, SystemClock};
+use sluice_http::gateway::Gateway;
+use sluice_http::seed::{SeedConfig, SeedService};
+use sluice_http::serve::{serve, termination};
+use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
+use tokio::net::TcpListener;
+
+/// Arguments of `sluice serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A TOML configuration (routes, policies, keys, upstream, store). Without it, sluice runs
+    /// the default service: GET /api/hello limited per client IP by a token bucket
+    /// (PORT, RATE_LIMIT_CAPACITY, RATE_LIMIT_REFILL_PER_SECOND), GET /health.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// How long to let in-flight requests finish after SIGTERM or SIGINT.
+    #[arg(long, default_value = "30s", value_parser = parse_drain)]
+    pub drain: Duration,
+}
+
+fn parse_drain(s: &str) -> Result<Duration, String> {
+    sluice_config::parse_duration(s).map(Duration::from_nanos)
+}
+
+/// Runs `sluice serve`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        match args.config {
+            None => seed(args.drain).await,
+            Some(path) => gateway(path, args.drain).await,
+        }
+    })
+}
+
+async fn seed(drain: Duration) -> anyhow::Result<()> {
+    let cfg = SeedConfig::from_lookup(|k| std::env::var(k).ok()).map_err(|e| anyhow!("{e}"))?;
+    let bucket = cfg.policy().map_err(|e| anyhow!("{e}"))?;
+    let policies = vec![NamedPolicy { name: "per-ip".into(), policy: Policy::from(bucket) }];
+    let store = MemoryStore::new(policies, MemoryOptions::default(), Arc::new(SystemClock::new()));
+    let listener = bind_any(cfg.port).await?;
+    let addr = listener.local_addr()?;
+    println!("sluice listening on http://{addr} (port {})", addr.port());
+    println!(
+        "limit: {} requests per bucket, {} tokens per second (GET /api/hello, per client IP)",
+        cfg.capacity, cfg.refill_per_second
+    );
+    let service = Arc::new(SeedService::new(Arc::new(store), cfg.capacity));
+    serve(listener, service, termination(), drain).await?;
+    println!("sluice stopped");
+    Ok(())
+}
+
+/// Binds all interfaces, IPv6 and IPv4 where the host allows both, else IPv4.
+async fn bind_any(port: u16) -> anyhow::Result<TcpListener> {
+    match TcpListener::bind(SocketAddr::from(([0u16; 8], port))).await {
+        Ok(l) => Ok(l),
+        Err(_) => TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port)))
+            .await
+            .with_context(|| format!("cannot listen on port {port}")),
+    }
+}
+
+async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
+    let config = sluice_config::load(&path).map_err(|e| anyhow!("{e}"))?;
+    let listen = config.server.listen;
+    let factory = crate::stores::factory(&config)?;
+    let gateway = Arc::new(Gateway::new(config, factory).map_err(|e| anyhow!("{e}"))?);
+    let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    println!("sluice gateway listening on http://{addr} (config {})", path.display());
+    tokio::spawn(reload_on_hangup(gateway.clone(), path));
+    serve(listener, gateway, termination(), drain).await?;
+    println!("sluice stopped");
+    Ok(())
+}
+
+/// SIGHUP reloads the configuration; a bad file is refused and the old one keeps serving.
+async fn reload_on_hangup(gateway: Arc<Gateway>, path: PathBuf) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+        while hup.recv().await.is_some() {
+            let result = sluice_config::load(&path).map_err(|e| e.to_string()).and_then(|c| gateway.reload(c));
+            match result {
+                Ok(()) => println!("sluice reloaded {}", path.display()),
+                Err(e) => eprintln!("sluice reload refused, keeping the running configuration: {e}"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (gateway, path);
+    }
+}
