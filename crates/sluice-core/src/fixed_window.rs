@@ -65,12 +65,13 @@ impl FixedWindow {
         let (start, count) = self.current(s, now);
         let end = start as u128 + self.window as u128;
         let until_end = sat(end.saturating_sub(now as u128));
-        let allowed = count + cost <= self.limit;
+        // Written so that no limit up to u64::MAX overflows (`count + cost` could).
+        let allowed = cost <= self.limit.saturating_sub(count);
         let after = if allowed { count + cost } else { count };
         let d = Decision {
             allowed,
             limit: self.limit,
-            remaining: self.limit - after,
+            remaining: self.limit.saturating_sub(after),
             reset_after: if after > 0 { until_end } else { 0 },
             retry_after: if allowed { 0 } else { until_end },
             delay: 0,

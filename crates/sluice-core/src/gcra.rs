@@ -56,21 +56,33 @@ impl Meter {
         ensure_cost(cost, self.capacity)?;
         let t = self.interval as u128;
         let tau = self.capacity as u128 * t;
+        let end = u64::MAX as u128;
         let now = now as u128;
         let start = (s.tat as u128).max(now);
         let new_tat = start + cost as u128 * t;
-        let allowed = new_tat - now <= tau;
+        // A `tat` past the end of u64 time cannot be stored, and storing less would charge less:
+        // near the end, a request is admitted only if its `tat` still fits (the strict direction).
+        let span = tau.min(end - now);
+        let allowed = new_tat - now <= span;
         let (held, next) = if allowed { (new_tat - now, new_tat) } else { (start - now, start) };
         let delay = match (allowed, self.shape_free) {
             (true, Some(free)) => sat((start - now).saturating_sub(free as u128 * t)),
             _ => 0,
         };
+        let retry_after = if allowed {
+            0
+        } else if new_tat > end {
+            u64::MAX // never, within u64 time
+        } else {
+            sat(new_tat - now - tau)
+        };
         let d = Decision {
             allowed,
             limit: self.capacity,
-            remaining: sat((tau - held) / t),
+            // `held` exceeds `span` only when denied after the clock stepped back.
+            remaining: sat(span.saturating_sub(held) / t),
             reset_after: sat(held),
-            retry_after: if allowed { 0 } else { sat(new_tat - now - tau) },
+            retry_after,
             delay,
         };
         Ok((d, GcraState { tat: sat(next) }))

@@ -47,7 +47,8 @@ pub enum State {
 }
 
 /// The algorithms' names as configuration spells them.
-pub const ALGORITHM_NAMES: [&str; 5] = ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
+pub const ALGORITHM_NAMES: [&str; 5] =
+    ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
 
 macro_rules! dispatch {
     ($self:ident, $state:ident, $p:ident, $s:ident => $body:expr) => {

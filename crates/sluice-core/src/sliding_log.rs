@@ -92,22 +92,34 @@ impl Algorithm for SlidingLog {
         let w = self.window as u128;
         let first = self.first_live(state, now);
         let live = (state.times.len() - first) as u64;
-        let allowed = live + cost <= self.limit;
+        // Written so that no limit up to u64::MAX overflows (`live + cost` could).
+        let allowed = cost <= self.limit.saturating_sub(live);
         let after = if allowed { live + cost } else { live };
-        let newest = if allowed { Some(now) } else { state.times.back().copied() };
+        // The newest entry once this request is decided: `check` records an admitted request
+        // no earlier than the newest entry already held.
+        let back = state.times.back().copied();
+        let newest = if allowed && cost > 0 { Some(back.map_or(now, |b| b.max(now))) } else { back };
         let reset_after = match newest {
-            Some(t) if after > 0 => sat((t.max(now) as u128 + w).saturating_sub(now as u128)),
+            // The log is empty again when its newest entry leaves the window.
+            Some(t) if after > 0 => sat((t as u128 + w).saturating_sub(now as u128)),
             _ => 0,
         };
         let retry_after = if allowed {
             0
         } else {
             // The (live + cost - limit)-th oldest live entry must leave the window.
-            let must_leave = (live + cost - self.limit) as usize;
+            let must_leave = (live - (self.limit - cost)) as usize;
             let t = state.times[first + must_leave - 1];
             sat((t as u128 + w).saturating_sub(now as u128))
         };
-        Ok(Decision { allowed, limit: self.limit, remaining: self.limit - after, reset_after, retry_after, delay: 0 })
+        Ok(Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self.limit.saturating_sub(after),
+            reset_after,
+            retry_after,
+            delay: 0,
+        })
     }
 
     fn is_fresh(&self, state: &SlidingLogState, now: Nanos) -> bool {

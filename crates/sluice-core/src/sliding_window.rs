@@ -96,7 +96,12 @@ impl SlidingWindow {
         w - span.min(w)
     }
 
-    fn decide(&self, s: &SlidingWindowState, now: Nanos, cost: u64) -> Result<(Decision, SlidingWindowState), CostError> {
+    fn decide(
+        &self,
+        s: &SlidingWindowState,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, SlidingWindowState), CostError> {
         ensure_cost(cost, self.limit)?;
         let w = self.window as u128;
         let limit = self.limit as u128;
@@ -118,9 +123,7 @@ impl SlidingWindow {
             now128
         } else {
             // Later in this window, as the previous window's weight fades.
-            let in_this = (v.curr + c <= limit)
-                .then(|| self.earliest(v.prev, limit - v.curr - c))
-                .filter(|&e| e < w);
+            let in_this = (v.curr + c <= limit).then(|| self.earliest(v.prev, limit - v.curr - c)).filter(|&e| e < w);
             match in_this {
                 Some(e) => v.start + e.max(v.elapsed),
                 None => {

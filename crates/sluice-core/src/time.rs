@@ -55,9 +55,7 @@ impl ManualClock {
 
     /// Moves the clock forward by `by` nanoseconds (saturating at `u64::MAX`).
     pub fn advance(&self, by: Nanos) {
-        let _ = self
-            .now
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(t.saturating_add(by)));
+        let _ = self.now.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(t.saturating_add(by)));
     }
 
     /// Sets the clock to `to`. Refuses to go backwards: an earlier `to` leaves the clock where it is.
