@@ -1,0 +1,287 @@
+//! Figures of a run, as SVG or PNG: one panel per algorithm (and key), with admitted and
+//! rejected requests over time, the admitted count over a sliding window, and the limit.
+//!
+//! Text is laid out with DejaVu Sans compiled into the binary (plotters' `ab_glyph` font
+//! support), so a PNG has readable labels on a machine with no fonts installed; an SVG names
+//! the font family and leaves the drawing of the letters to its viewer.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+use sluice_core::{NANOS_PER_SEC, Nanos, Policy};
+use thiserror::Error;
+
+use crate::decimal::format_duration;
+use crate::simulation::{LaneOutcome, Outcome};
+use crate::window::sliding_envelope;
+
+const FONT: &str = "sans-serif";
+const WIDTH: u32 = 1200;
+const PANEL_HEIGHT: u32 = 300;
+const TITLE_HEIGHT: u32 = 50;
+/// The most bars a panel draws; longer runs group several windows per bar.
+const MAX_BARS: u64 = 150;
+/// Horizontal resolution of the sliding-window line.
+const LINE_CELLS: usize = 1000;
+
+const ADMITTED: RGBColor = RGBColor(46, 139, 87);
+const REJECTED: RGBColor = RGBColor(214, 39, 40);
+const SLIDING: RGBColor = RGBColor(31, 119, 180);
+
+/// Why a figure could not be drawn.
+#[derive(Debug, Error)]
+pub enum PlotError {
+    /// The file name does not end in `.svg` or `.png`.
+    #[error("plot file `{0}` must end in .svg or .png")]
+    Format(String),
+    /// The run has no lane to draw.
+    #[error("nothing to plot")]
+    Empty,
+    /// The embedded font could not be loaded.
+    #[error("the embedded font could not be loaded")]
+    Font,
+    /// Drawing or writing the file failed.
+    #[error("drawing `{path}`: {message}")]
+    Draw {
+        /// The file being drawn.
+        path: String,
+        /// The backend's message.
+        message: String,
+    },
+}
+
+/// Draws `outcome` into `path` (`.svg` or `.png`, chosen by the extension). `title` heads the
+/// figure; `duration` is the length of the time axis.
+pub fn plot(path: &Path, outcome: &Outcome, title: &str, duration: Nanos) -> Result<(), PlotError> {
+    if outcome.lanes.is_empty() {
+        return Err(PlotError::Empty);
+    }
+    register_font()?;
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    let size = (WIDTH, TITLE_HEIGHT + PANEL_HEIGHT * outcome.lanes.len() as u32);
+    let draw_err = |message: String| PlotError::Draw { path: path.display().to_string(), message };
+    match ext.as_deref() {
+        Some("svg") => {
+            draw(SVGBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
+        }
+        Some("png") => {
+            draw(BitMapBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
+        }
+        _ => Err(PlotError::Format(path.display().to_string())),
+    }
+}
+
+fn register_font() -> Result<(), PlotError> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED
+        .get_or_init(|| plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_ok());
+    if ok { Ok(()) } else { Err(PlotError::Font) }
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    outcome: &Outcome,
+    title: &str,
+    duration: Nanos,
+) -> Result<(), String> {
+    let e = |err: DrawingAreaErrorKind<DB::ErrorType>| err.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let body = root.titled(title, (FONT, 26)).map_err(e)?;
+    let scopes: std::collections::HashSet<_> = outcome.lanes.iter().map(|l| l.lane.scope).collect();
+    let show_scope = scopes.len() > 1;
+    for (lane, area) in outcome.lanes.iter().zip(body.split_evenly((outcome.lanes.len(), 1))) {
+        draw_lane(&area, lane, outcome, duration, show_scope)?;
+    }
+    root.present().map_err(e)
+}
+
+/// The count that the sliding-window line is compared with: a window policy's limit scaled to
+/// the measured window, or a bucket's rate times the window.
+fn rate_line(policy: &Policy, window: Nanos) -> f64 {
+    match policy {
+        Policy::TokenBucket(p) => window as f64 / p.interval() as f64,
+        Policy::LeakyBucket(p) => window as f64 / p.interval() as f64,
+        p => p.limit() as f64 * window as f64 / p.window() as f64,
+    }
+}
+
+fn draw_lane<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    lane: &LaneOutcome,
+    outcome: &Outcome,
+    duration: Nanos,
+    show_scope: bool,
+) -> Result<(), String> {
+    let e = |err: DrawingAreaErrorKind<DB::ErrorType>| err.to_string();
+    let window = outcome.window;
+    let span = duration.max(outcome.times.last().map_or(0, |t| t + 1)).max(1);
+    let secs = |n: Nanos| n as f64 / NANOS_PER_SEC as f64;
+    let w = format_duration(window);
+
+    // Bars: admitted and rejected per bin of whole windows.
+    let per_bar = span.div_ceil(window).div_ceil(MAX_BARS).max(1);
+    let bin = window.saturating_mul(per_bar);
+    let bins = span.div_ceil(bin) as usize;
+    let mut admitted = vec![0u64; bins];
+    let mut rejected = vec![0u64; bins];
+    for (&t, &ok) in outcome.times.iter().zip(&lane.allowed) {
+        let b = ((t / bin) as usize).min(bins - 1);
+        if ok { admitted[b] += 1 } else { rejected[b] += 1 }
+    }
+    let admitted_times: Vec<Nanos> =
+        outcome.times.iter().zip(&lane.allowed).filter(|(_, ok)| **ok).map(|(t, _)| *t).collect();
+    let cells = LINE_CELLS.min(span as usize);
+    let envelope = sliding_envelope(&admitted_times, window, span, cells);
+    let limit = rate_line(&lane.lane.policy, window);
+    let top = admitted.iter().zip(&rejected).map(|(a, r)| a + r).chain(envelope.iter().copied()).max().unwrap_or(0);
+    let y_max = (top as f64).max(limit) * 1.15 + 1.0;
+
+    let who = if show_scope { format!(" per {}", lane.lane.scope) } else { String::new() };
+    let caption = format!(
+        "{}{who}: {} admitted, {} rejected ({:.2}% admitted), at most {} in any {w}",
+        lane.lane.algorithm,
+        lane.admitted,
+        lane.rejected,
+        lane.allowed_ratio() * 100.0,
+        lane.max_in_window
+    );
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..secs(span), 0.0..y_max)
+        .map_err(e)?;
+    let bar_label = if per_bar == 1 { format!("per {w}") } else { format!("per {}", format_duration(bin)) };
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("requests")
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(e)?;
+
+    let gap = secs(bin) * 0.1;
+    let bar = |b: usize, lo: u64, hi: u64, color: RGBColor| {
+        let x0 = secs(b as u64 * bin);
+        Rectangle::new([(x0 + gap, lo as f64), (x0 + secs(bin) - gap, hi as f64)], color.filled())
+    };
+    chart
+        .draw_series((0..bins).filter(|&b| admitted[b] > 0).map(|b| bar(b, 0, admitted[b], ADMITTED)))
+        .map_err(e)?
+        .label(format!("admitted {bar_label}"))
+        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], ADMITTED.filled()));
+    chart
+        .draw_series(
+            (0..bins).filter(|&b| rejected[b] > 0).map(|b| bar(b, admitted[b], admitted[b] + rejected[b], REJECTED)),
+        )
+        .map_err(e)?
+        .label(format!("rejected {bar_label}"))
+        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], REJECTED.filled()));
+
+    let cell = |i: usize| secs((i as u128 * span as u128 / cells as u128) as u64);
+    let steps = envelope.iter().enumerate().flat_map(|(i, &v)| [(cell(i), v as f64), (cell(i + 1), v as f64)]);
+    chart
+        .draw_series(LineSeries::new(steps, SLIDING.stroke_width(2)))
+        .map_err(e)?
+        .label(format!("admitted in the last {w}"))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], SLIDING.stroke_width(2)));
+
+    let limit_label = match lane.lane.policy {
+        Policy::TokenBucket(_) | Policy::LeakyBucket(_) => format!("rate: {} per {w}", trim_float(limit)),
+        _ => format!("limit: {} per {w}", trim_float(limit)),
+    };
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(0.0, limit), (secs(span), limit)],
+            8,
+            5,
+            ShapeStyle { color: BLACK.to_rgba(), filled: false, stroke_width: 2 },
+        ))
+        .map_err(e)?
+        .label(limit_label)
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK.stroke_width(2)));
+
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(160, 160, 160))
+        .draw()
+        .map_err(e)
+}
+
+fn trim_float(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arrival::Arrival;
+    use crate::simulation::{KeyScope, Limits, Quiet, Simulation};
+
+    fn outcome() -> Outcome {
+        let sim = Simulation::new(&["fixed-window", "token-bucket"], &[KeyScope::Global], &Limits::default()).unwrap();
+        let arrivals: Vec<Arrival> = (0..60).map(|i| Arrival::at(i * 50_000_000)).collect();
+        sim.run(&arrivals, &mut Quiet).unwrap()
+    }
+
+    #[test]
+    fn svg_has_titles_axes_and_legend() {
+        let dir = std::env::temp_dir().join(format!("sluice-sim-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.svg");
+        plot(&path, &outcome(), "test figure", 3 * NANOS_PER_SEC).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for text in [
+            "test figure",
+            "fixed-window: 30 admitted, 30 rejected",
+            "time (s)",
+            "requests",
+            "admitted per 1s",
+            "rejected per 1s",
+            "admitted in the last 1s",
+            "limit: 10 per 1s",
+            "rate: 10 per 1s",
+        ] {
+            assert!(svg.contains(text), "missing {text:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn png_is_written_and_not_blank() {
+        let dir = std::env::temp_dir().join(format!("sluice-sim-png-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.png");
+        plot(&path, &outcome(), "test figure", 3 * NANOS_PER_SEC).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        // Width and height from the IHDR chunk.
+        assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), WIDTH);
+        assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), TITLE_HEIGHT + 2 * PANEL_HEIGHT);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unknown_extensions_are_refused() {
+        let e = plot(Path::new("x.gif"), &outcome(), "t", NANOS_PER_SEC).unwrap_err();
+        assert!(matches!(e, PlotError::Format(_)));
+    }
+
+    #[test]
+    fn the_comparison_line_is_the_rate_per_window() {
+        let l = Limits::default();
+        assert_eq!(rate_line(&l.policy("sliding-log").unwrap(), NANOS_PER_SEC), 10.0);
+        assert_eq!(rate_line(&l.policy("sliding-log").unwrap(), 2 * NANOS_PER_SEC), 20.0);
+        assert_eq!(rate_line(&l.policy("token-bucket").unwrap(), NANOS_PER_SEC), 10.0);
+    }
+}
