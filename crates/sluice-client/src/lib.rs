@@ -71,9 +71,13 @@
 //! assert_eq!(policy.decide(&attempt, &no_jitter_needed), RetryDecision::RetryAfter(Duration::from_secs(30)));
 //!
 //! // The same 429 asking for two minutes would pass the deadline: give up now and say why.
-//! headers.insert("retry-after", HeaderValue::from_static("120"));
-//! let attempt = Attempt { outcome: Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers }, ..attempt };
-//! assert!(matches!(policy.decide(&attempt, &no_jitter_needed), RetryDecision::GiveUp(GiveUpReason::DeadlineWouldPass { .. })));
+//! let mut later = HeaderMap::new();
+//! later.insert("retry-after", HeaderValue::from_static("120"));
+//! let attempt = Attempt { outcome: Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &later }, ..attempt };
+//! assert!(matches!(
+//!     policy.decide(&attempt, &no_jitter_needed),
+//!     RetryDecision::GiveUp(GiveUpReason::DeadlineWouldPass { .. })
+//! ));
 //! ```
 
 mod budget;
