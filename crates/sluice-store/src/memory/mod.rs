@@ -1,0 +1,188 @@
+//! The embedded store: sharded, bounded, and atomic across a request's several limits.
+
+mod request;
+mod shard;
+mod slot;
+mod table;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use sluice_core::{Clock, Nanos};
+
+use crate::store::{Check, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+use table::Table;
+
+pub use shard::{FRESH_SCAN, LRU_SAMPLE};
+
+/// What a full shard does with a new key once no fresh entry is left to drop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenFull {
+    /// Evict the least recently used key (approximately: the oldest of [`LRU_SAMPLE`] sampled
+    /// keys; exactly, in a shard of at most that many keys).
+    #[default]
+    EvictLru,
+    /// Refuse the new key: the request fails with [`StoreError::Full`].
+    Refuse,
+}
+
+/// Sizing of a [`MemoryStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// The most keys kept per policy (at least 1), split evenly across the shards.
+    pub max_keys: usize,
+    /// Shards per policy: rounded up to a power of two, at most 4096, and lowered so that each
+    /// shard holds at least one key.
+    pub shards: usize,
+    /// What to do when a shard is full of live keys.
+    pub when_full: WhenFull,
+}
+
+impl Default for MemoryOptions {
+    /// 1,000,000 keys per policy in 64 shards, evicting the least recently used.
+    fn default() -> Self {
+        Self { max_keys: 1_000_000, shards: 64, when_full: WhenFull::EvictLru }
+    }
+}
+
+/// Counters of one policy, from [`MemoryStore::stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyStats {
+    /// The policy's name.
+    pub name: String,
+    /// Keys held now.
+    pub keys: usize,
+    /// Fresh entries dropped to make room (no decision changed).
+    pub evicted_fresh: u64,
+    /// Live entries evicted as least recently used.
+    pub evicted_lru: u64,
+    /// Requests refused with [`StoreError::Full`].
+    pub refused: u64,
+}
+
+/// The embedded, in-process store.
+///
+/// Each policy has its own table of at most [`MemoryOptions::max_keys`] keys, split into shards
+/// by the key hash; each shard is a mutex around a compact hash index. Raw keys never reach it:
+/// it sees only [`crate::KeyHash`]es.
+///
+/// A request's checks are decided together: the shards involved are locked in one global order
+/// (so no two requests can deadlock, whatever the order of their keys), every check is decided,
+/// and the request is charged to every check only if every check admits. Two checks of one
+/// request on the same policy and key see each other: the second is decided after the first's
+/// charge. When a request is denied, decision `i` is what check `i` would get after the checks
+/// before it (those that admit) were charged; nothing is charged.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_core::{ManualClock, Policy, TokenBucket, FixedWindow, NANOS_PER_SEC};
+/// use sluice_store::{Check, KeyHasher, MemoryOptions, MemoryStore, NamedPolicy};
+///
+/// let policies = vec![
+///     NamedPolicy { name: "per-ip".into(), policy: Policy::from(TokenBucket::new(5, 1.0).unwrap()) },
+///     NamedPolicy { name: "per-account".into(), policy: Policy::from(FixedWindow::new(1, 60 * NANOS_PER_SEC).unwrap()) },
+/// ];
+/// let store = MemoryStore::new(policies, MemoryOptions::default(), Arc::new(ManualClock::new(0)));
+/// let h = KeyHasher::random();
+/// let (ip, account) = (h.hash(&[b"203.0.113.7"]), h.hash(&[b"alice@example.com"]));
+/// let request = [Check { policy: 0, key: ip, cost: 1 }, Check { policy: 1, key: account, cost: 1 }];
+///
+/// assert!(store.decide_now(&request).unwrap().allowed);
+/// let again = store.decide_now(&request).unwrap();
+/// assert!(!again.allowed); // the account limit denies ...
+/// assert_eq!(again.tightest(), Some(1));
+/// // ... and the IP limit was not charged: 4 tokens left, as after the first request.
+/// assert_eq!(again.decisions[0].remaining, 3);
+/// assert_eq!(store.decide_now(&request[..1]).unwrap().decisions[0].remaining, 3);
+/// ```
+pub struct MemoryStore {
+    policies: Vec<NamedPolicy>,
+    tables: Vec<Arc<Table>>,
+    options: MemoryOptions,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore").field("policies", &self.policies).field("options", &self.options).finish()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store for `policies`, reading `clock` when a request gives no time.
+    pub fn new(policies: Vec<NamedPolicy>, options: MemoryOptions, clock: Arc<dyn Clock>) -> Self {
+        let tables = policies.iter().map(|p| Arc::new(Table::new(p.policy, &options))).collect();
+        Self { policies, tables, options, clock }
+    }
+
+    /// Decides the checks of one request at `now`.
+    pub fn decide_at(&self, checks: &[Check], now: Nanos) -> Result<Verdict, StoreError> {
+        request::decide(&self.policies, &self.tables, checks, now)
+    }
+
+    /// Decides the checks of one request at the store clock's `now`.
+    pub fn decide_now(&self, checks: &[Check]) -> Result<Verdict, StoreError> {
+        self.decide_at(checks, self.clock.now())
+    }
+
+    /// A store for a new list of policies (a configuration reload). A policy equal to one of this
+    /// store's (same name and same algorithm and parameters) keeps its table, shared with this
+    /// store, so its keys keep their state; any other starts empty. Each table is carried over at
+    /// most once. The options and clock are this store's.
+    pub fn rebuild(&self, policies: Vec<NamedPolicy>) -> MemoryStore {
+        let mut taken = vec![false; self.policies.len()];
+        let tables = policies
+            .iter()
+            .map(|p| {
+                let old = (0..self.policies.len()).find(|&i| !taken[i] && self.policies[i] == *p);
+                match old {
+                    Some(i) => {
+                        taken[i] = true;
+                        Arc::clone(&self.tables[i])
+                    }
+                    None => Arc::new(Table::new(p.policy, &self.options)),
+                }
+            })
+            .collect();
+        MemoryStore { policies, tables, options: self.options, clock: Arc::clone(&self.clock) }
+    }
+
+    /// Per policy, in policy order: keys held and eviction counts.
+    pub fn stats(&self) -> Vec<PolicyStats> {
+        self.policies
+            .iter()
+            .zip(&self.tables)
+            .map(|(p, t)| PolicyStats {
+                name: p.name.clone(),
+                keys: t.keys(),
+                evicted_fresh: t.counters.evicted_fresh.load(Ordering::Relaxed),
+                evicted_lru: t.counters.evicted_lru.load(Ordering::Relaxed),
+                refused: t.counters.refused.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// The options the store was built with.
+    pub fn options(&self) -> &MemoryOptions {
+        &self.options
+    }
+}
+
+impl Store for MemoryStore {
+    fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        let verdict = match at {
+            Some(now) => self.decide_at(checks, now),
+            None => self.decide_now(checks),
+        };
+        Box::pin(std::future::ready(verdict))
+    }
+
+    fn policies(&self) -> &[NamedPolicy] {
+        &self.policies
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+}

@@ -1,0 +1,162 @@
+//! Deciding one request: its checks, together, under the locks of every shard they touch.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+
+use sluice_core::{CostError, Nanos, Policy, State};
+
+use super::shard::{ShardError, ShardOps};
+use super::table::Table;
+use crate::key::KeyHash;
+use crate::store::{Check, NamedPolicy, StoreError, Verdict};
+
+/// Decides `checks` at `now`: all admitted and charged, or none charged.
+pub(crate) fn decide(
+    policies: &[NamedPolicy],
+    tables: &[Arc<Table>],
+    checks: &[Check],
+    now: Nanos,
+) -> Result<Verdict, StoreError> {
+    validate(policies, checks)?;
+    match checks {
+        [] => Ok(Verdict { allowed: true, decisions: Vec::new() }),
+        [one] => decide_one(&tables[one.policy], one, now),
+        _ => decide_many(policies, tables, checks, now),
+    }
+}
+
+/// Rejects unknown policies and costs that can never be admitted, before anything is locked.
+fn validate(policies: &[NamedPolicy], checks: &[Check]) -> Result<(), StoreError> {
+    for (index, c) in checks.iter().enumerate() {
+        let Some(p) = policies.get(c.policy) else {
+            return Err(StoreError::UnknownPolicy { index, policy: c.policy });
+        };
+        let capacity = p.policy.limit();
+        if c.cost > capacity {
+            return Err(StoreError::Cost { index, source: CostError { cost: c.cost, capacity } });
+        }
+    }
+    Ok(())
+}
+
+fn full(table: &Table) -> StoreError {
+    table.counters.refused.fetch_add(1, Ordering::Relaxed);
+    StoreError::Full { max_keys: table.max_keys }
+}
+
+/// The common case: one check, one shard, decided in place.
+fn decide_one(table: &Table, check: &Check, now: Nanos) -> Result<Verdict, StoreError> {
+    let result = table.lock(table.shard_of(&check.key)).decide_one(&check.key, now, check.cost);
+    match result {
+        Ok(d) => Ok(Verdict { allowed: d.allowed, decisions: vec![d] }),
+        Err(ShardError::Cost(source)) => Err(StoreError::Cost { index: 0, source }),
+        Err(ShardError::Full) => Err(full(table)),
+    }
+}
+
+/// A distinct (policy, key) of a request.
+struct Target {
+    policy: usize,
+    key: KeyHash,
+    /// Index into the request's lock groups.
+    group: usize,
+    /// Whether the key was stored when the request began.
+    exists: bool,
+    /// A working copy, for a key checked more than once or not yet stored; `None` means the key is
+    /// peeked now and charged in place at commit.
+    work: Option<State>,
+}
+
+/// Several checks: lock every shard involved in (table id, shard) order, decide them all, then
+/// charge them all or none.
+fn decide_many(
+    policies: &[NamedPolicy],
+    tables: &[Arc<Table>],
+    checks: &[Check],
+    now: Nanos,
+) -> Result<Verdict, StoreError> {
+    // Distinct targets, and for each check the target it names.
+    let mut targets: Vec<Target> = Vec::with_capacity(checks.len());
+    let mut uses: Vec<u32> = Vec::with_capacity(checks.len());
+    let mut target_of = Vec::with_capacity(checks.len());
+    for c in checks {
+        let found = targets.iter().position(|t| t.policy == c.policy && t.key == c.key);
+        let t = found.unwrap_or_else(|| {
+            targets.push(Target { policy: c.policy, key: c.key, group: 0, exists: false, work: None });
+            uses.push(0);
+            targets.len() - 1
+        });
+        uses[t] += 1;
+        target_of.push(t);
+    }
+
+    // Lock groups in the global order; a shard shared by several targets is locked once.
+    let mut groups: Vec<(u64, usize, usize)> = targets
+        .iter()
+        .map(|t| {
+            let table = &tables[t.policy];
+            (table.id, table.shard_of(&t.key), t.policy)
+        })
+        .collect();
+    groups.sort_unstable();
+    groups.dedup_by_key(|g| (g.0, g.1));
+    let mut guards: Vec<MutexGuard<'_, dyn ShardOps + 'static>> =
+        groups.iter().map(|&(_, shard, policy)| tables[policy].lock(shard)).collect();
+    for (t, n) in targets.iter_mut().zip(&uses) {
+        let table = &tables[t.policy];
+        let at = (table.id, table.shard_of(&t.key));
+        t.group = groups.partition_point(|g| (g.0, g.1) < at);
+        let shard = &mut guards[t.group];
+        t.exists = shard.contains(&t.key);
+        if *n > 1 || !t.exists {
+            t.work = Some(shard.working(&t.key));
+        }
+    }
+
+    // Decide every check, in order; working copies carry earlier checks' charges.
+    let mut decisions = Vec::with_capacity(checks.len());
+    let mut allowed = true;
+    for (index, (c, &ti)) in checks.iter().zip(&target_of).enumerate() {
+        let policy: &Policy = &policies[c.policy].policy;
+        let t = &mut targets[ti];
+        let d = match &mut t.work {
+            Some(state) => policy.check(state, now, c.cost),
+            None => guards[t.group].peek(&t.key, now, c.cost),
+        }
+        .map_err(|source| StoreError::Cost { index, source })?;
+        allowed &= d.allowed;
+        decisions.push(d);
+    }
+    if !allowed {
+        return Ok(Verdict { allowed, decisions });
+    }
+
+    // Room for the new keys, shard by shard, before anything is written.
+    for (g, guard) in guards.iter_mut().enumerate() {
+        let in_group = || targets.iter().filter(move |t| t.group == g);
+        let needed = in_group()
+            .filter(|t| !t.exists)
+            .filter(|t| t.work.as_ref().is_some_and(|s| !policies[t.policy].policy.is_fresh(s, now)))
+            .count();
+        if needed > 0 {
+            let keep: Vec<KeyHash> = in_group().filter(|t| t.exists).map(|t| t.key).collect();
+            if !guard.make_room(needed, &keep, now) {
+                return Err(full(&tables[groups[g].2]));
+            }
+        }
+    }
+
+    // Commit: charge in place what was peeked, store the working copies.
+    for (index, (c, &ti)) in checks.iter().zip(&target_of).enumerate() {
+        let t = &targets[ti];
+        if t.work.is_none() {
+            guards[t.group].charge(&t.key, now, c.cost).map_err(|source| StoreError::Cost { index, source })?;
+        }
+    }
+    for t in targets {
+        if let Some(state) = t.work {
+            guards[t.group].store(&t.key, state, now);
+        }
+    }
+    Ok(Verdict { allowed, decisions })
+}
