@@ -40,6 +40,48 @@ use crate::retrier::Retrier;
 /// # drop(client);
 /// # }
 /// ```
+///
+/// Any service of `http` requests works; here a stand-in answers 429 with `Retry-After: 2` once,
+/// and virtual time shows the layer waiting exactly that long:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use std::time::Duration;
+/// use http::{Request, Response, StatusCode};
+/// use sluice_client::{ManualSleeper, Retrier, RetryLayer, RetryPolicy, RetryReport};
+/// use sluice_core::ManualClock;
+/// use tower::{Service, ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let calls = Arc::new(AtomicU32::new(0));
+/// let counter = calls.clone();
+/// let backend = tower::service_fn(move |_request: Request<String>| {
+///     let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+///     async move {
+///         let mut response = Response::new(());
+///         if first {
+///             *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+///             response.headers_mut().insert("retry-after", "2".parse().unwrap());
+///         }
+///         Ok::<_, std::convert::Infallible>(response)
+///     }
+/// });
+/// let clock = Arc::new(ManualClock::new(0));
+/// let retrier = Retrier::new(RetryPolicy::default())
+///     .with_clock(clock.clone())
+///     .with_sleeper(Arc::new(ManualSleeper::new(clock.clone())));
+/// let mut client = ServiceBuilder::new().layer(RetryLayer::from(retrier)).service(backend);
+///
+/// let response = client.ready().await.unwrap().call(Request::new("hello".to_string())).await.unwrap();
+/// assert_eq!(response.status(), StatusCode::OK);
+/// let report = response.extensions().get::<RetryReport>().unwrap();
+/// assert_eq!((report.attempts, report.rate_limited), (2, 1));
+/// assert_eq!(report.waits, [Duration::from_secs(2)]);
+/// assert_eq!(calls.load(Ordering::SeqCst), 2);
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RetryLayer {
     retrier: Retrier,
