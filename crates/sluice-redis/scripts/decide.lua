@@ -1,0 +1,451 @@
+-- sluice: decide every limit of one request, all or nothing, in one call.
+--
+-- KEYS[i]       the stored key of check i (prefix:policy:fingerprint:{hash})
+-- ARGV[1]       now in microseconds since the Unix epoch, or "" for the server's TIME
+-- ARGV[2]       milliseconds added to every expiry (0 on the server's clock; a grace period when
+--               the caller passes its own time, whose pace Redis cannot know)
+-- ARGV[3+5(i-1) .. 7+5(i-1)]  check i: algorithm, a, b, c, cost
+--     1 fixed window    a = limit, b = window (us)
+--     2 sliding log     a = limit, b = window (us)
+--     3 sliding window  a = limit, b = window (us)
+--     4 GCRA bucket     a = capacity, b = interval (us per token), c = requests passed without
+--                       delay when shaping, or -1 to police
+--
+-- Returns {now, then per check: allowed (1/0), remaining, reset_after (us), retry_after (us),
+-- retry_after's extra nanoseconds (0..999, sliding window only), delay (us)}.
+--
+-- Every rule mirrors sluice-core exactly, in microseconds. Lua numbers are doubles: integers are
+-- exact below 2^53, and the caller bounds every parameter so that no intermediate value here
+-- reaches that (products that could are computed by muldivmod). Numbers are written to Redis
+-- through fmt, never through Lua's default conversion, which keeps only 14 digits.
+
+if redis.replicate_commands then
+  pcall(redis.replicate_commands) -- Redis < 5 needs it before TIME; later versions ignore it
+end
+
+local floor = math.floor
+local EXACT = 9007199254740992 -- 2^53
+
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+-- q, r with a = q * b + r, 0 <= r < b, for 0 <= a < 2^53 and 0 < b.
+local function divmod(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q, r = q - 1, r + b
+  elseif r >= b then
+    q, r = q + 1, r - b
+  end
+  return q, r
+end
+
+-- q, r with a * b = q * c + r, exact even when a * b exceeds 2^53 (c < 2^52, q < 2^52).
+local function muldivmod(a, b, c)
+  local p = a * b
+  if p < EXACT then
+    return divmod(p, c)
+  end
+  local bq, br = divmod(b, c)
+  local bits, x = {}, a
+  while x > 0 do
+    local bit = x % 2
+    bits[#bits + 1] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q, r = q * 2, r * 2
+    if r >= c then
+      q, r = q + 1, r - c
+    end
+    if bits[i] == 1 then
+      q, r = q + bq, r + br
+      if r >= c then
+        q, r = q + 1, r - c
+      end
+    end
+  end
+  return q, r
+end
+
+local function ttl_ms(us)
+  local q = divmod(us + 999, 1000)
+  if q < 1 then
+    q = 1
+  end
+  return q
+end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local grace = tonumber(ARGV[2])
+
+-- Tentative states by key, so that a key named twice in one request sees its own charge.
+local states = {}
+local kinds = {}
+
+local function split(v, n)
+  local out, i = {}, 0
+  for part in string.gmatch(v, '[^:]+') do
+    i = i + 1
+    out[i] = tonumber(part)
+  end
+  if i ~= n then
+    return nil
+  end
+  return out
+end
+
+local function load(key, n)
+  local st = states[key]
+  if st then
+    return st
+  end
+  local v = redis.call('GET', key)
+  local parsed = v and split(v, n)
+  if parsed then
+    return parsed
+  end
+  local fresh = {}
+  for i = 1, n do
+    fresh[i] = 0
+  end
+  return fresh
+end
+
+-- Fixed window: state {start, count}.
+local function fixed_window(key, limit, w, cost)
+  local st = load(key, 2)
+  local start, count = st[1], st[2]
+  if not (count > 0 and now < start + w) then
+    local _, r = divmod(now, w)
+    start, count = now - r, 0
+  end
+  local until_end = start + w - now
+  if until_end < 0 then
+    until_end = 0
+  end
+  local allowed = count + cost <= limit
+  local after = count
+  if allowed then
+    after = count + cost
+  end
+  local reset, retry = 0, 0
+  if after > 0 then
+    reset = until_end
+  end
+  if not allowed then
+    retry = until_end
+  end
+  if allowed then
+    states[key], kinds[key] = { start, after }, 1
+  end
+  return allowed, limit - after, reset, retry, 0, 0
+end
+
+-- Sliding window counter: state {start, prev, curr}.
+
+-- Smallest elapsed time e (as whole us, extra ns) at which floor(p * (W - e) / W) <= k, with
+-- W = w in nanoseconds: e = W - min(floor(((k + 1) * W - 1) / p), W).
+local function earliest(p, k, w)
+  if p == 0 then
+    return 0, 0
+  end
+  local a = k + 1
+  if a > p then
+    return 0, 0
+  end
+  local q, r = muldivmod(a, w, p) -- q <= w because a <= p
+  if q == w and r > 0 then
+    return 0, 0
+  end
+  if r == 0 then
+    return w - q, 1
+  end
+  local s = divmod(1000 * r - 1, p) -- 0 <= s <= 999
+  if s == 0 then
+    return w - q, 0
+  end
+  return w - q - 1, 1000 - s
+end
+
+-- (us, ns) at - now, floored at zero.
+local function after_now(at_us, at_ns)
+  local d = at_us - now
+  if d < 0 then
+    return 0, 0
+  end
+  return d, at_ns
+end
+
+local function sliding_window(key, limit, w, cost)
+  local st = load(key, 3)
+  local start, prev, curr = st[1], st[2], st[3]
+  local _, rem = divmod(now, w)
+  local aligned = now - rem
+  if aligned == start then
+    -- the same window
+  elseif aligned == start + w then
+    start, prev, curr = aligned, curr, 0
+  elseif aligned > start then
+    start, prev, curr = aligned, 0, 0
+  end
+  -- (aligned < start: the clock stepped back; keep the newer counts, the strict direction)
+  local elapsed = now - start
+  if elapsed < 0 then
+    elapsed = 0
+  elseif elapsed > w then
+    elapsed = w
+  end
+  local est = muldivmod(prev, w - elapsed, w) + curr
+  local allowed = est + cost <= limit
+  local curr_after, used = curr, est
+  if allowed then
+    curr_after, used = curr + cost, est + cost
+  end
+  local remaining = limit - used
+  if remaining < 0 then
+    remaining = 0
+  end
+  local reset = 0
+  if curr_after > 0 then
+    reset = start + 2 * w - now
+  elseif prev > 0 then
+    reset = start + w - now
+  end
+  if reset < 0 then
+    reset = 0
+  end
+  local retry_us, retry_ns = 0, 0
+  if not allowed then
+    local found = false
+    if curr + cost <= limit then
+      local e_us, e_ns = earliest(prev, limit - curr - cost, w)
+      if e_us < w then
+        found = true
+        if e_us < elapsed or (e_us == elapsed and e_ns == 0) then
+          e_us, e_ns = elapsed, 0
+        end
+        retry_us, retry_ns = after_now(start + e_us, e_ns)
+      end
+    end
+    if not found then
+      local e_us, e_ns = earliest(curr, limit - cost, w)
+      if e_us < w then
+        retry_us, retry_ns = after_now(start + w + e_us, e_ns)
+      else
+        retry_us, retry_ns = after_now(start + 2 * w, 0)
+      end
+    end
+  end
+  if allowed then
+    states[key], kinds[key] = { start, prev, curr_after }, 3
+  end
+  return allowed, remaining, reset, retry_us, retry_ns, 0
+end
+
+-- GCRA (token bucket, leaky bucket): state {tat}.
+local function gcra(key, capacity, t, free, cost)
+  local st = load(key, 1)
+  local tat = st[1]
+  local tau = capacity * t
+  local start = tat
+  if start < now then
+    start = now
+  end
+  local new_tat = start + cost * t
+  local allowed = new_tat - now <= tau
+  local held = start - now
+  if allowed then
+    held = new_tat - now
+  end
+  local delay = 0
+  if allowed and free >= 0 then
+    delay = (start - now) - free * t
+    if delay < 0 then
+      delay = 0
+    end
+  end
+  local room = tau - held
+  if room < 0 then
+    room = 0
+  end
+  local remaining = divmod(room, t)
+  local retry = 0
+  if not allowed then
+    retry = new_tat - now - tau
+  end
+  if allowed then
+    states[key], kinds[key] = { new_tat }, 4
+  end
+  return allowed, remaining, held, retry, 0, delay
+end
+
+-- Sliding log: a sorted set of admitted timestamps (one member per unit of cost), plus the
+-- entries this request would add, all at one time `at`.
+local pending = {}
+
+local function newest(key)
+  local p = pending[key]
+  if p then
+    return p.at
+  end
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[2] then
+    return tonumber(top[2])
+  end
+  return nil
+end
+
+local function sliding_log(key, limit, w, cost)
+  local p = pending[key]
+  local added = 0
+  if p then
+    added = p.n
+  end
+  local floor_excl = '(' .. fmt(now - w)
+  local stored = redis.call('ZCOUNT', key, floor_excl, '+inf')
+  local live = stored + added
+  local allowed = live + cost <= limit
+  local after = live
+  if allowed then
+    after = live + cost
+  end
+  -- The log is empty again when its newest entry leaves the window; an admitted request is
+  -- recorded no earlier than the newest entry already held.
+  local reset, retry = 0, 0
+  if after > 0 then
+    local t = newest(key)
+    if allowed and cost > 0 and (not t or t < now) then
+      t = now
+    end
+    if t then
+      reset = t + w - now
+      if reset < 0 then
+        reset = 0
+      end
+    end
+  end
+  if not allowed then
+    local must_leave = live + cost - limit
+    local t
+    if must_leave <= stored then
+      local e = redis.call('ZRANGEBYSCORE', key, floor_excl, '+inf', 'WITHSCORES', 'LIMIT', must_leave - 1, 1)
+      t = tonumber(e[2])
+    else
+      t = p.at
+    end
+    retry = t + w - now
+    if retry < 0 then
+      retry = 0
+    end
+  end
+  if allowed and cost > 0 then
+    local at = newest(key)
+    if not at or at < now then
+      at = now
+    end
+    pending[key] = { n = added + cost, at = at, w = w }
+    kinds[key] = 2
+  end
+  return allowed, limit - after, reset, retry, 0, 0
+end
+
+local function commit_log(key)
+  local p = pending[key]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p.w))
+  local score = fmt(p.at)
+  local first = redis.call('ZCOUNT', key, score, score)
+  local args, n = {}, 0
+  for i = 0, p.n - 1 do
+    args[n + 1] = score
+    args[n + 2] = score .. ':' .. fmt(first + i)
+    n = n + 2
+    if n >= 1000 then
+      redis.call('ZADD', key, unpack(args, 1, n))
+      n = 0
+    end
+  end
+  if n > 0 then
+    redis.call('ZADD', key, unpack(args, 1, n))
+  end
+  redis.call('PEXPIRE', key, ttl_ms(p.at + p.w - now) + grace)
+end
+
+local out = { now }
+local all = true
+local windows = {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local base = 3 + 5 * (i - 1)
+  local algo = tonumber(ARGV[base])
+  local a, b, c = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local cost = tonumber(ARGV[base + 4])
+  local allowed, remaining, reset, retry_us, retry_ns, delay
+  if algo == 1 then
+    allowed, remaining, reset, retry_us, retry_ns, delay = fixed_window(key, a, b, cost)
+    windows[key] = b
+  elseif algo == 2 then
+    allowed, remaining, reset, retry_us, retry_ns, delay = sliding_log(key, a, b, cost)
+  elseif algo == 3 then
+    allowed, remaining, reset, retry_us, retry_ns, delay = sliding_window(key, a, b, cost)
+    windows[key] = b
+  elseif algo == 4 then
+    allowed, remaining, reset, retry_us, retry_ns, delay = gcra(key, a, b, c, cost)
+  else
+    return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[base]))
+  end
+  if not allowed then
+    all = false
+  end
+  local n = #out
+  out[n + 1] = allowed and 1 or 0
+  out[n + 2] = remaining
+  out[n + 3] = reset
+  out[n + 4] = retry_us
+  out[n + 5] = retry_ns
+  out[n + 6] = delay
+end
+
+if all then
+  for key, kind in pairs(kinds) do
+    if kind == 2 then
+      commit_log(key)
+    else
+      local st = states[key]
+      local fresh_in -- us until the state is fresh again
+      if kind == 1 then
+        fresh_in = st[1] + windows[key] - now
+      elseif kind == 3 then
+        if st[3] > 0 then
+          fresh_in = st[1] + 2 * windows[key] - now
+        elseif st[2] > 0 then
+          fresh_in = st[1] + windows[key] - now
+        else
+          fresh_in = 0
+        end
+      else
+        fresh_in = st[1] - now
+      end
+      if fresh_in > 0 and not (kind == 1 and st[2] == 0) then
+        local parts = {}
+        for j = 1, #st do
+          parts[j] = fmt(st[j])
+        end
+        redis.call('SET', key, table.concat(parts, ':'), 'PX', ttl_ms(fresh_in) + grace)
+      else
+        redis.call('DEL', key)
+      end
+    end
+  end
+end
+
+return out

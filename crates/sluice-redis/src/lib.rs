@@ -1,0 +1,78 @@
+//! # sluice-redis
+//!
+//! The Redis store of sluice: rate-limit state shared by every instance pointed at one Redis or
+//! one Redis Cluster, behind the same [`sluice_store::Store`] trait as the in-memory store.
+//!
+//! - **One round trip per request.** All of a request's checks go into one `EVALSHA` of one Lua
+//!   script (`scripts/decide.lua`), which reads every key, decides every check and charges them
+//!   all only if all admit: atomic, all or nothing. On a Cluster, keys are hash-tagged by key
+//!   hash; checks whose keys fall in different slots are decided per slot, concurrently, one call
+//!   per slot. A request is admitted only if every slot group admits; a group that admitted was
+//!   charged even if another denied, so a Cluster can over-count a denied request, never admit
+//!   beyond a limit (errors go the strict way). `NOSCRIPT` (a restart, `SCRIPT FLUSH`) is answered
+//!   by sending the script again.
+//! - **Exactly the core's decisions.** The script implements the five algorithms of sluice-core
+//!   rule for rule, in microseconds (Lua numbers are doubles: nanoseconds since the epoch do not
+//!   fit in 2^53, microseconds do for 285 years). Time comes from the Redis server (`TIME`), so
+//!   instance clocks do not matter; `at: Some(t)` passes an explicit time instead (tests, the
+//!   conformance suite), which must be a whole number of microseconds. Windows must be whole
+//!   microseconds; bucket intervals (1 / rate) are rounded up to whole microseconds, so Redis
+//!   decides exactly as the core for every policy whose interval is a whole number of microseconds
+//!   (rates like 1, 2, 4, 5, 8, 10, 1000 per second) and, for others, as the core would with the
+//!   slightly slower rate. Limits are bounded by 2^40 and windows and bucket spans by 2^50 us
+//!   (35 years), checked when the store is built; products that could exceed 2^53 (the sliding
+//!   window's weighted count) are computed exactly by long multiplication.
+//! - **Bounded memory.** Every key expires when its state would be fresh again, so Redis holds
+//!   only active keys; the sliding log holds at most `limit` entries per key. Keys are
+//!   `prefix:policy:fingerprint:{hash}`: the fingerprint changes with the policy's algorithm or
+//!   parameters, so a reload never reads state written under others, and the hash is the keyed
+//!   [`sluice_store::KeyHash`]: no raw key reaches Redis.
+//! - **Failure modes** ([`OnError`]): `fail-open` admits and flags the verdict
+//!   ([`Source::FailOpen`]), `fail-closed` returns [`sluice_store::StoreError::Unavailable`] or
+//!   `Timeout` (503 with `Retry-After` at the gateway), `local` decides with an in-memory store of
+//!   the same policies. Every call is bounded by a timeout, and a circuit breaker opens after
+//!   consecutive failures: while open, decisions take the failure path at once, without waiting;
+//!   after a cool-down one probe tries Redis and closes the breaker on success.
+//! - **A deny cache.** When Redis denies a key until some time, later requests of at least that
+//!   cost for that key are denied locally until then, without calling Redis: denied traffic under
+//!   attack costs Redis nothing. It only ever denies, and only what Redis would deny.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sluice_core::{Policy, TokenBucket};
+//! use sluice_redis::{OnError, RedisOptions, RedisStore};
+//! use sluice_store::{Check, KeyHasher, NamedPolicy, Store};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let policies = vec![NamedPolicy { name: "per-ip".into(), policy: Policy::from(TokenBucket::new(5, 1.0)?) }];
+//! let mut options = RedisOptions::single("redis://127.0.0.1:6379");
+//! options.on_error = OnError::FailClosed;
+//! options.timeout = Duration::from_millis(50);
+//! let store = RedisStore::new(policies, options)?;
+//!
+//! let key = KeyHasher::from_secret(b"shared by every instance").hash(&[b"ip", b"203.0.113.7"]);
+//! let verdict = store.decide(&[Check { policy: 0, key, cost: 1 }], None).await?;
+//! assert!(verdict.allowed);
+//! # Ok(()) }
+//! ```
+
+mod breaker;
+mod connection;
+mod deny_cache;
+mod error;
+mod join;
+mod options;
+mod plan;
+mod script;
+mod slot;
+mod stats;
+mod store;
+
+pub use breaker::BreakerState;
+pub use error::RedisStoreError;
+pub use options::{BreakerOptions, OnError, RedisOptions};
+pub use plan::{MAX_LIMIT, MAX_SPAN_MICROS};
+pub use script::{SCRIPT_SOURCE, script_sha};
+pub use slot::key_slot;
+pub use stats::RedisStats;
+pub use store::{Outcome, RedisStore, Source};

@@ -1,0 +1,153 @@
+//! What an operator chooses: where Redis is, how long to wait, and what to do when it fails.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sluice_store::MemoryOptions;
+
+use crate::error::RedisStoreError;
+
+/// What a decision does when Redis cannot give one (an error, a timeout, or an open breaker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnError {
+    /// Admit the request. Availability first: an outage lets all traffic through. The verdict is
+    /// flagged ([`crate::Source::FailOpen`]) and counted, so callers know it was not a decision.
+    FailOpen,
+    /// Refuse to decide: [`sluice_store::StoreError::Unavailable`] or `Timeout`, which the
+    /// gateway answers with 503 and a `Retry-After` (the limiter is unavailable, not the client's
+    /// quota spent). Protection first: an outage stops the protected traffic.
+    FailClosed,
+    /// Decide with an in-memory store of the same policies in this process. Limits hold per
+    /// instance instead of globally (N instances admit up to N times a limit), and the local state
+    /// starts empty when the fallback starts.
+    Local,
+}
+
+impl OnError {
+    /// The configuration spelling: `fail-open`, `fail-closed` or `local`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OnError::FailOpen => "fail-open",
+            OnError::FailClosed => "fail-closed",
+            OnError::Local => "local",
+        }
+    }
+}
+
+impl fmt::Display for OnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OnError {
+    type Err = RedisStoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fail-open" => Ok(OnError::FailOpen),
+            "fail-closed" => Ok(OnError::FailClosed),
+            "local" => Ok(OnError::Local),
+            other => Err(RedisStoreError::BadOnError(other.to_string())),
+        }
+    }
+}
+
+/// The circuit breaker: after `failures_to_open` consecutive failed calls it opens, and for
+/// `cool_down` every decision takes the failure path at once, without calling Redis. Then one
+/// call probes Redis (the others still take the failure path); its success closes the breaker,
+/// its failure opens it for another `cool_down`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerOptions {
+    /// Consecutive failures that open the breaker (at least 1).
+    pub failures_to_open: u32,
+    /// How long the breaker stays open before a probe.
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerOptions {
+    /// 3 failures, 1 s.
+    fn default() -> Self {
+        Self { failures_to_open: 3, cool_down: Duration::from_secs(1) }
+    }
+}
+
+/// Everything [`crate::RedisStore::new`] needs besides the policies.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluice_redis::{OnError, RedisOptions};
+/// let mut o = RedisOptions::single("redis://127.0.0.1:6379");
+/// o.on_error = "fail-closed".parse().unwrap();
+/// o.timeout = Duration::from_millis(50);
+/// assert_eq!(o.on_error, OnError::FailClosed);
+/// assert!(o.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// One URL (`redis://host:port/db`, `rediss://` for TLS is not enabled) for a single node,
+    /// or the seed nodes of a Cluster.
+    pub urls: Vec<String>,
+    /// True for Redis Cluster.
+    pub cluster: bool,
+    /// What a decision does when Redis fails.
+    pub on_error: OnError,
+    /// The bound on every call to Redis, connecting included.
+    pub timeout: Duration,
+    /// The first part of every stored key (`prefix:policy:fingerprint:{hash}`).
+    pub key_prefix: String,
+    /// The circuit breaker.
+    pub breaker: BreakerOptions,
+    /// Entries of the local deny cache (0 turns it off).
+    pub deny_cache_entries: usize,
+    /// The in-memory store used by [`OnError::Local`].
+    pub local: MemoryOptions,
+    /// Added to every key's expiry when the caller passes its own time (`at: Some(..)`): Redis
+    /// expires keys on its own clock, which does not follow a caller's simulated time.
+    pub explicit_time_grace: Duration,
+}
+
+impl RedisOptions {
+    /// A single Redis node, with the defaults: fail-open, 50 ms, prefix `sluice`.
+    pub fn single(url: impl Into<String>) -> Self {
+        Self::with_urls(vec![url.into()], false)
+    }
+
+    /// A Redis Cluster reached through these seed nodes, with the same defaults.
+    pub fn cluster(urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self::with_urls(urls.into_iter().map(Into::into).collect(), true)
+    }
+
+    fn with_urls(urls: Vec<String>, cluster: bool) -> Self {
+        Self {
+            urls,
+            cluster,
+            on_error: OnError::FailOpen,
+            timeout: Duration::from_millis(50),
+            key_prefix: "sluice".to_string(),
+            breaker: BreakerOptions::default(),
+            deny_cache_entries: 100_000,
+            local: MemoryOptions::default(),
+            explicit_time_grace: Duration::from_secs(600),
+        }
+    }
+
+    /// Checks the options without connecting anywhere.
+    pub fn validate(&self) -> Result<(), RedisStoreError> {
+        if self.urls.is_empty() {
+            return Err(RedisStoreError::NoUrl);
+        }
+        if !self.cluster && self.urls.len() > 1 {
+            return Err(RedisStoreError::SeveralUrls(self.urls.len()));
+        }
+        if self.timeout.is_zero() {
+            return Err(RedisStoreError::ZeroTimeout);
+        }
+        if self.breaker.failures_to_open == 0 {
+            return Err(RedisStoreError::ZeroBreakerFailures);
+        }
+        crate::plan::check_name("key_prefix", &self.key_prefix)?;
+        Ok(())
+    }
+}

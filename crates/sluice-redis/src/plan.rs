@@ -1,0 +1,162 @@
+//! Policies as the script sees them: algorithm ids and parameters in microseconds, a fingerprint
+//! of both, and the stored key of every (policy, key) pair.
+
+use std::hash::Hasher;
+
+use siphasher::sip::SipHasher13;
+use sluice_core::{Algorithm, LeakMode, Policy};
+use sluice_store::{KeyHash, NamedPolicy};
+
+use crate::error::RedisStoreError;
+
+/// The largest window or bucket span, in microseconds, that the script accepts: 2^50 us is
+/// about 35 years, and keeps `now + 2 * span` below 2^53 until the year 2180.
+pub const MAX_SPAN_MICROS: u64 = 1 << 50;
+/// The largest limit or capacity the script accepts (about 10^12).
+pub const MAX_LIMIT: u64 = 1 << 40;
+
+const FIXED_WINDOW: u8 = 1;
+const SLIDING_LOG: u8 = 2;
+const SLIDING_WINDOW: u8 = 3;
+const GCRA: u8 = 4;
+
+/// One policy, ready to be sent.
+#[derive(Debug, Clone)]
+pub(crate) struct ScriptPolicy {
+    /// The policy's limit (also the largest admissible cost).
+    pub limit: u64,
+    /// `prefix:policy:fingerprint:{`, to which a key's hex and `}` are appended.
+    pub key_head: String,
+    /// The check's arguments before the cost: algorithm, a, b, c.
+    pub args: [String; 4],
+}
+
+impl ScriptPolicy {
+    /// The stored key of `key` under this policy.
+    pub fn key(&self, key: &KeyHash) -> String {
+        let mut k = String::with_capacity(self.key_head.len() + 33);
+        k.push_str(&self.key_head);
+        k.push_str(&key.to_hex());
+        k.push('}');
+        k
+    }
+}
+
+/// Accepts names made of ASCII letters, digits and `-_./`; they go into keys verbatim, and
+/// braces would move the Cluster hash tag.
+pub(crate) fn check_name(field: &'static str, value: &str) -> Result<(), RedisStoreError> {
+    let ok = !value.is_empty()
+        && value.len() <= 128
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+    if ok { Ok(()) } else { Err(RedisStoreError::BadName { field, value: value.to_string() }) }
+}
+
+/// Translates `named` for the script under `prefix`.
+pub(crate) fn plan(prefix: &str, named: &NamedPolicy) -> Result<ScriptPolicy, RedisStoreError> {
+    check_name("policy name", &named.name)?;
+    let unsupported = |reason: String| RedisStoreError::Unsupported { policy: named.name.clone(), reason };
+    let window_micros = |window: u64| {
+        if !window.is_multiple_of(1000) {
+            return Err(unsupported(format!(
+                "window {window} ns is not a whole number of microseconds, the Redis store's resolution"
+            )));
+        }
+        let us = window / 1000;
+        if us > MAX_SPAN_MICROS {
+            return Err(unsupported(format!("window {us} us exceeds the Redis store's bound of 2^50 us")));
+        }
+        Ok(us)
+    };
+    let (algo, a, b, c): (u8, u64, u64, i64) = match &named.policy {
+        Policy::FixedWindow(p) => (FIXED_WINDOW, p.limit(), window_micros(p.window())?, 0),
+        Policy::SlidingLog(p) => (SLIDING_LOG, p.limit(), window_micros(p.window())?, 0),
+        Policy::SlidingWindow(p) => (SLIDING_WINDOW, p.limit(), window_micros(p.window())?, 0),
+        Policy::TokenBucket(p) => (GCRA, p.capacity(), p.interval().div_ceil(1000), -1),
+        Policy::LeakyBucket(p) => {
+            let free = match p.mode() {
+                LeakMode::Police => -1,
+                LeakMode::Shape { delay } => i64::try_from(delay).unwrap_or(i64::MAX),
+            };
+            (GCRA, p.capacity(), p.interval().div_ceil(1000), free)
+        }
+    };
+    if a > MAX_LIMIT {
+        return Err(unsupported(format!("limit {a} exceeds the Redis store's bound of 2^40")));
+    }
+    if algo == GCRA && a.saturating_mul(b) > MAX_SPAN_MICROS {
+        return Err(unsupported(format!(
+            "capacity x interval ({a} x {b} us) exceeds the Redis store's bound of 2^50 us"
+        )));
+    }
+    let args = [algo.to_string(), a.to_string(), b.to_string(), c.to_string()];
+    let fingerprint = fingerprint(&args);
+    Ok(ScriptPolicy { limit: a, key_head: format!("{prefix}:{}:{fingerprint}:{{", named.name), args })
+}
+
+/// Eight hex digits that change when the algorithm or a parameter changes, so that state written
+/// under other parameters is never read. Stable across builds and platforms (fixed SipHash keys).
+fn fingerprint(args: &[String; 4]) -> String {
+    let mut h = SipHasher13::new_with_keys(0x736c_7569_6365_2d72, 0x6564_6973_2d66_7021);
+    for a in args {
+        h.write(a.as_bytes());
+        h.write_u8(b':');
+    }
+    format!("{:08x}", h.finish() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{FixedWindow, LeakyBucket, NANOS_PER_SEC, SlidingWindow, TokenBucket};
+
+    fn named(name: &str, p: impl Into<Policy>) -> NamedPolicy {
+        NamedPolicy { name: name.into(), policy: p.into() }
+    }
+
+    #[test]
+    fn keys_hold_prefix_policy_fingerprint_and_tagged_hash() {
+        let p = plan("sl", &named("per-ip", FixedWindow::new(10, NANOS_PER_SEC).unwrap())).unwrap();
+        let k = p.key(&KeyHash([0xab; 16]));
+        let parts: Vec<&str> = k.split(':').collect();
+        assert_eq!(parts[0], "sl");
+        assert_eq!(parts[1], "per-ip");
+        assert_eq!(parts[2].len(), 8);
+        assert_eq!(parts[3], format!("{{{}}}", "ab".repeat(16)));
+        assert_eq!(p.args, ["1", "10", "1000000", "0"].map(String::from));
+    }
+
+    #[test]
+    fn fingerprint_follows_parameters_not_names() {
+        let fp = |p: &ScriptPolicy| p.key_head.split(':').nth(2).unwrap().to_string();
+        let a = plan("s", &named("a", FixedWindow::new(10, NANOS_PER_SEC).unwrap())).unwrap();
+        let b = plan("s", &named("b", FixedWindow::new(10, NANOS_PER_SEC).unwrap())).unwrap();
+        let c = plan("s", &named("a", FixedWindow::new(11, NANOS_PER_SEC).unwrap())).unwrap();
+        let d = plan("s", &named("a", SlidingWindow::new(10, NANOS_PER_SEC).unwrap())).unwrap();
+        assert_eq!(fp(&a), fp(&b));
+        assert_ne!(fp(&a), fp(&c));
+        assert_ne!(fp(&a), fp(&d));
+        // Pinned: instances built from other compilers or versions must agree.
+        assert_eq!(fp(&a), "1dc4d797");
+    }
+
+    #[test]
+    fn buckets_round_the_interval_up_to_microseconds() {
+        let tb = plan("s", &named("t", TokenBucket::new(5, 3.0).unwrap())).unwrap();
+        // 1/3 s = 333_333_334 ns, rounded up to 333_334 us.
+        assert_eq!(tb.args, ["4", "5", "333334", "-1"].map(String::from));
+        let lb = plan("s", &named("l", LeakyBucket::new(2.0, 3, LeakMode::Shape { delay: 1 }).unwrap())).unwrap();
+        assert_eq!(lb.args, ["4", "3", "500000", "1"].map(String::from));
+    }
+
+    #[test]
+    fn rejects_what_the_script_cannot_represent() {
+        let sub_us = plan("s", &named("w", FixedWindow::new(1, 1500).unwrap()));
+        assert!(matches!(sub_us, Err(RedisStoreError::Unsupported { .. })));
+        let huge = plan("s", &named("w", FixedWindow::new(1 << 41, NANOS_PER_SEC).unwrap()));
+        assert!(matches!(huge, Err(RedisStoreError::Unsupported { .. })));
+        let span = plan("s", &named("t", TokenBucket::new(1 << 21, 0.001).unwrap()));
+        assert!(matches!(span, Err(RedisStoreError::Unsupported { .. })));
+        let brace = plan("s", &named("a{b}", FixedWindow::new(1, NANOS_PER_SEC).unwrap()));
+        assert!(matches!(brace, Err(RedisStoreError::BadName { .. })));
+    }
+}

@@ -1,0 +1,385 @@
+//! The Redis store: a request's checks decided by one script call per slot, bounded by a
+//! timeout and a breaker, with the operator's failure mode and a local deny cache.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_core::{CostError, Decision, Nanos, SystemClock};
+use sluice_store::{Check, MemoryStore, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+
+use crate::breaker::{Admission, Breaker, BreakerState};
+use crate::connection::{Connector, breaks_connection};
+use crate::deny_cache::{CacheClock, DenyCache};
+use crate::error::RedisStoreError;
+use crate::join::join_all;
+use crate::options::{OnError, RedisOptions};
+use crate::plan::{ScriptPolicy, plan};
+use crate::script::Call;
+use crate::slot::key_slot;
+use crate::stats::{Counters, RedisStats, bump};
+
+/// Where a verdict came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Redis decided (and charged, when admitted).
+    Redis,
+    /// The local deny cache repeated an earlier denial by Redis; Redis was not called.
+    DenyCache,
+    /// Redis could not decide and `fail-open` admitted without a decision.
+    FailOpen,
+    /// Redis could not decide and the local in-memory fallback decided.
+    Local,
+}
+
+impl Source {
+    /// `redis`, `deny-cache`, `fail-open` or `local`, for metrics and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Source::Redis => "redis",
+            Source::DenyCache => "deny-cache",
+            Source::FailOpen => "fail-open",
+            Source::Local => "local",
+        }
+    }
+}
+
+/// A verdict and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// Rate-limit state in Redis or a Redis Cluster, shared by every instance pointed at it.
+///
+/// Each request is one `EVALSHA` of one script (per Cluster slot its keys fall in), which reads
+/// every check's state, decides them all on the server's clock and charges them all only if all
+/// admit. See the crate documentation for the key layout, failure modes and the exactness bounds.
+pub struct RedisStore {
+    policies: Vec<NamedPolicy>,
+    plans: Vec<ScriptPolicy>,
+    options: RedisOptions,
+    connector: Connector,
+    breaker: Breaker,
+    deny: Option<DenyCache>,
+    local: Option<MemoryStore>,
+    counters: Arc<Counters>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("urls", &self.options.urls)
+            .field("cluster", &self.options.cluster)
+            .field("on_error", &self.options.on_error)
+            .field("policies", &self.policies.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why one attempt to reach Redis failed.
+enum Failure {
+    Error(String),
+    Timeout,
+}
+
+impl RedisStore {
+    /// Validates the options and policies and prepares the store. Nothing connects yet: the first
+    /// decision does, so a store can be built while Redis is down (its failure mode applies).
+    pub fn new(policies: Vec<NamedPolicy>, options: RedisOptions) -> Result<Self, RedisStoreError> {
+        options.validate()?;
+        let mut plans = Vec::with_capacity(policies.len());
+        for (i, p) in policies.iter().enumerate() {
+            if policies[..i].iter().any(|q| q.name == p.name) {
+                return Err(RedisStoreError::DuplicatePolicy(p.name.clone()));
+            }
+            plans.push(plan(&options.key_prefix, p)?);
+        }
+        let connector = Connector::new(&options)?;
+        let local = (options.on_error == OnError::Local)
+            .then(|| MemoryStore::new(policies.clone(), options.local, Arc::new(SystemClock::new())));
+        Ok(Self {
+            breaker: Breaker::new(options.breaker),
+            deny: (options.deny_cache_entries > 0).then(|| DenyCache::new(options.deny_cache_entries)),
+            policies,
+            plans,
+            connector,
+            local,
+            counters: Arc::new(Counters::default()),
+            epoch: Instant::now(),
+            options,
+        })
+    }
+
+    /// The options the store was built with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    /// The counters, the breaker's state and the deny cache's size.
+    pub fn stats(&self) -> RedisStats {
+        let entries = self.deny.as_ref().map_or(0, DenyCache::len);
+        self.counters.snapshot(self.breaker.state(), self.breaker.times_opened(), entries)
+    }
+
+    /// The breaker's state.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// The Redis key that holds `check`'s state (`prefix:policy:fingerprint:{hash}`), or `None`
+    /// for an unknown policy. For operators and tests: the store computes it itself.
+    pub fn stored_key(&self, check: &Check) -> Option<String> {
+        self.plans.get(check.policy).map(|p| p.key(&check.key))
+    }
+
+    /// The fallback store of [`OnError::Local`].
+    pub fn local_store(&self) -> Option<&MemoryStore> {
+        self.local.as_ref()
+    }
+
+    /// Connects if needed and sends `PING`, within the timeout and outside the breaker: for a
+    /// start-up check or a readiness probe.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let attempt = async {
+            let mut conn = self.connector.get(&self.counters).await?;
+            conn.query(&redis::cmd("PING")).await
+        };
+        match tokio::time::timeout(self.options.timeout, attempt).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
+                if breaks_connection(&e) {
+                    self.connector.discard();
+                }
+                Err(StoreError::Unavailable(format!("redis: {e}")))
+            }
+            Err(_) => {
+                self.connector.discard();
+                Err(self.timeout_error())
+            }
+        }
+    }
+
+    fn timeout_error(&self) -> StoreError {
+        StoreError::Timeout(u64::try_from(self.options.timeout.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Decides `checks` together, and says where the verdict came from. `at` passes an explicit
+    /// time in nanoseconds, which must be a whole number of microseconds; `None` uses the Redis
+    /// server's clock.
+    pub async fn decide_detailed(&self, checks: &[Check], at: Option<Nanos>) -> Result<Outcome, StoreError> {
+        self.validate(checks, at)?;
+        if checks.is_empty() {
+            return Ok(Outcome { verdict: Verdict { allowed: true, decisions: Vec::new() }, source: Source::Redis });
+        }
+        let (clock, start) = match at {
+            Some(t) => (CacheClock::Explicit, t),
+            None => (CacheClock::Local, self.local_now()),
+        };
+        if let Some(verdict) = self.cached_denial(checks, clock, start) {
+            bump(&self.counters.deny_cache_hits);
+            return Ok(Outcome { verdict, source: Source::DenyCache });
+        }
+        let permit = match self.breaker.admit() {
+            Admission::Call(p) => p,
+            Admission::Reject(wait) => {
+                bump(&self.counters.breaker_rejections);
+                let why = format!("redis circuit breaker open (next probe in {} ms)", wait.as_millis());
+                return self.on_failure(checks, at, StoreError::Unavailable(why));
+            }
+        };
+        match tokio::time::timeout(self.options.timeout, self.call(checks, at)).await {
+            Ok(Ok(verdict)) => {
+                permit.success();
+                if let Some(cache) = &self.deny {
+                    for (c, d) in checks.iter().zip(&verdict.decisions) {
+                        cache.insert(c.policy, &c.key, c.cost, clock, start, d);
+                    }
+                }
+                Ok(Outcome { verdict, source: Source::Redis })
+            }
+            Ok(Err(Failure::Error(e))) => {
+                permit.failure();
+                bump(&self.counters.redis_errors);
+                self.on_failure(checks, at, StoreError::Unavailable(e))
+            }
+            Ok(Err(Failure::Timeout)) | Err(_) => {
+                permit.failure();
+                bump(&self.counters.timeouts);
+                self.connector.discard();
+                self.on_failure(checks, at, self.timeout_error())
+            }
+        }
+    }
+
+    fn local_now(&self) -> Nanos {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn validate(&self, checks: &[Check], at: Option<Nanos>) -> Result<(), StoreError> {
+        for (index, c) in checks.iter().enumerate() {
+            let Some(p) = self.plans.get(c.policy) else {
+                return Err(StoreError::UnknownPolicy { index, policy: c.policy });
+            };
+            if c.cost > p.limit {
+                return Err(StoreError::Cost { index, source: CostError { cost: c.cost, capacity: p.limit } });
+            }
+        }
+        if let Some(t) = at
+            && (!t.is_multiple_of(1000) || t / 1000 > crate::plan::MAX_SPAN_MICROS * 4)
+        {
+            return Err(StoreError::Unavailable(format!(
+                "explicit time {t} ns: the Redis store takes whole microseconds below 2^52 us"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A verdict from the deny cache if any check has a cached denial. The checks without one
+    /// were not consulted: they are reported as not denying, with nothing remaining.
+    fn cached_denial(&self, checks: &[Check], clock: CacheClock, now: Nanos) -> Option<Verdict> {
+        let cache = self.deny.as_ref()?;
+        let found: Vec<Option<Decision>> =
+            checks.iter().map(|c| cache.lookup(c.policy, &c.key, c.cost, clock, now)).collect();
+        if found.iter().all(Option::is_none) {
+            return None;
+        }
+        let decisions = checks
+            .iter()
+            .zip(found)
+            .map(|(c, d)| {
+                d.unwrap_or(Decision {
+                    allowed: true,
+                    limit: self.plans[c.policy].limit,
+                    remaining: 0,
+                    reset_after: 0,
+                    retry_after: 0,
+                    delay: 0,
+                })
+            })
+            .collect();
+        Some(Verdict { allowed: false, decisions })
+    }
+
+    /// The failure path: the operator's choice.
+    fn on_failure(&self, checks: &[Check], at: Option<Nanos>, error: StoreError) -> Result<Outcome, StoreError> {
+        match self.options.on_error {
+            OnError::FailOpen => {
+                bump(&self.counters.fail_open);
+                let decisions = checks
+                    .iter()
+                    .map(|c| {
+                        let limit = self.plans[c.policy].limit;
+                        Decision {
+                            allowed: true,
+                            limit,
+                            remaining: limit - c.cost,
+                            reset_after: 0,
+                            retry_after: 0,
+                            delay: 0,
+                        }
+                    })
+                    .collect();
+                Ok(Outcome { verdict: Verdict { allowed: true, decisions }, source: Source::FailOpen })
+            }
+            OnError::FailClosed => {
+                bump(&self.counters.fail_closed);
+                Err(error)
+            }
+            OnError::Local => {
+                bump(&self.counters.local);
+                let Some(local) = &self.local else { return Err(error) };
+                let verdict = match at {
+                    Some(t) => local.decide_at(checks, t)?,
+                    None => local.decide_now(checks)?,
+                };
+                Ok(Outcome { verdict, source: Source::Local })
+            }
+        }
+    }
+
+    /// One script call per slot group (one in all on a single node), concurrently.
+    async fn call(&self, checks: &[Check], at: Option<Nanos>) -> Result<Verdict, Failure> {
+        let conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
+        let groups = self.groups(checks, at);
+        let calls = groups.iter().map(|(_, call)| {
+            let mut conn = conn.clone();
+            let counters = &self.counters;
+            async move { call.run(&mut conn, counters).await }
+        });
+        let results = join_all(calls.collect()).await;
+        let mut decisions = vec![None; checks.len()];
+        for ((indices, _), result) in groups.iter().zip(results) {
+            let group = result.map_err(|e| self.failure(e))?;
+            for (&i, d) in indices.iter().zip(group) {
+                decisions[i] = Some(d);
+            }
+        }
+        let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+        if decisions.len() != checks.len() {
+            return Err(Failure::Error("redis: a script reply is missing decisions".into()));
+        }
+        Ok(Verdict { allowed: decisions.iter().all(|d| d.allowed), decisions })
+    }
+
+    fn failure(&self, e: redis::RedisError) -> Failure {
+        if breaks_connection(&e) {
+            self.connector.discard();
+        }
+        if e.is_timeout() { Failure::Timeout } else { Failure::Error(format!("redis: {e}")) }
+    }
+
+    /// The checks grouped by Cluster slot (a single group on a single node), each with its call.
+    fn groups(&self, checks: &[Check], at: Option<Nanos>) -> Vec<(Vec<usize>, Call)> {
+        let (now, grace_ms) = match at {
+            Some(t) => {
+                ((t / 1000).to_string(), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0))
+            }
+            None => (String::new(), 0),
+        };
+        let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        let keys: Vec<String> = checks.iter().map(|c| self.plans[c.policy].key(&c.key)).collect();
+        for (i, k) in keys.iter().enumerate() {
+            let slot = if self.options.cluster { key_slot(k.as_bytes()) } else { 0 };
+            by_slot.entry(slot).or_default().push(i);
+        }
+        by_slot
+            .into_values()
+            .map(|indices| {
+                let call = Call {
+                    keys: indices.iter().map(|&i| keys[i].clone()).collect(),
+                    now: now.clone(),
+                    grace_ms,
+                    args: indices
+                        .iter()
+                        .map(|&i| {
+                            let c = &checks[i];
+                            let [a, b, x, y] = self.plans[c.policy].args.clone();
+                            [a, b, x, y, c.cost.to_string()]
+                        })
+                        .collect(),
+                    limits: indices.iter().map(|&i| self.plans[checks[i].policy].limit).collect(),
+                };
+                (indices, call)
+            })
+            .collect()
+    }
+}
+
+impl Store for RedisStore {
+    fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        Box::pin(async move { self.decide_detailed(checks, at).await.map(|o| o.verdict) })
+    }
+
+    fn policies(&self) -> &[NamedPolicy] {
+        &self.policies
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+}
