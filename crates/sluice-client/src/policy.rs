@@ -12,9 +12,8 @@ use crate::decision::{Attempt, DelaySource, GiveUpReason, Outcome, RetryDecision
 use crate::random::{RandomSource, uniform_inclusive};
 use crate::server_hint::server_delay;
 
-/// How the backoff delay is spread (AWS's "Exponential Backoff and Jitter" names).
-///
-/// With `ceiling = min(cap, base * 2^attempt)`:
+/// How the backoff delay is spread (AWS's "Exponential Backoff and Jitter" names). After the
+/// attempt with index `i` (0 = the original request) the ceiling is `min(cap, base * 2^i)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Jitter {
     /// Uniform in `[0, ceiling]`: spreads clients the most (the default).
