@@ -32,4 +32,4 @@ mod store;
 
 pub use key::{KeyHash, KeyHasher};
 pub use memory::{FRESH_SCAN, LRU_SAMPLE, MemoryOptions, MemoryStore, PolicyStats, WhenFull};
-pub use store::{Check, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+pub use store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};

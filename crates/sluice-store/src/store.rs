@@ -44,9 +44,8 @@ impl Verdict {
     /// Index of the decision closest to denying (see [`Decision::tighter`]): the limit that
     /// denied, or the one to describe in response headers. `None` when there were no checks.
     pub fn tightest(&self) -> Option<usize> {
-        (0..self.decisions.len()).reduce(|a, b| {
-            if self.decisions[a].tighter(self.decisions[b]) == self.decisions[a] { a } else { b }
-        })
+        (0..self.decisions.len())
+            .reduce(|a, b| if self.decisions[a].tighter(self.decisions[b]) == self.decisions[a] { a } else { b })
     }
 }
 
@@ -83,6 +82,19 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+/// Keys held by one policy of a store that keeps keys itself (the memory store), for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyStats {
+    /// The policy's name.
+    pub policy: String,
+    /// Keys held now.
+    pub keys: u64,
+    /// Entries dropped to make room that equalled a fresh state (no decision changed).
+    pub evicted_fresh: u64,
+    /// Live entries evicted as least recently used.
+    pub evicted_lru: u64,
+}
+
 /// A boxed future returned by [`Store::decide`].
 pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, StoreError>> + Send + 'a>>;
 
@@ -100,6 +112,29 @@ pub trait Store: Send + Sync {
 
     /// A short name for metrics and logs: `memory`, `redis`, ...
     fn kind(&self) -> &'static str;
+
+    /// Per policy, the keys held and evictions so far (stores that hold keys themselves);
+    /// empty by default. Read when metrics are scraped, never per request.
+    fn key_stats(&self) -> Vec<KeyStats> {
+        Vec::new()
+    }
+
+    /// False when the store cannot decide and its failure mode does not allow serving anyway
+    /// (a shared store unreachable under `fail-closed`); true by default.
+    fn ready(&self) -> bool {
+        true
+    }
+
+    /// Whether the store's circuit breaker is open; `None` when it has none.
+    fn breaker_open(&self) -> Option<bool> {
+        None
+    }
+
+    /// Requests denied from a local deny cache without asking the shared store; `None` when it
+    /// has none.
+    fn deny_cache_hits(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -113,5 +148,21 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn kind(&self) -> &'static str {
         (**self).kind()
+    }
+
+    fn key_stats(&self) -> Vec<KeyStats> {
+        (**self).key_stats()
+    }
+
+    fn ready(&self) -> bool {
+        (**self).ready()
+    }
+
+    fn breaker_open(&self) -> Option<bool> {
+        (**self).breaker_open()
+    }
+
+    fn deny_cache_hits(&self) -> Option<u64> {
+        (**self).deny_cache_hits()
     }
 }

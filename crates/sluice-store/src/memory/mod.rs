@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use sluice_core::{Clock, Nanos};
 
-use crate::store::{Check, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
 use table::Table;
 
 pub use shard::{FRESH_SCAN, LRU_SAMPLE};
@@ -184,5 +184,17 @@ impl Store for MemoryStore {
 
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn key_stats(&self) -> Vec<KeyStats> {
+        self.stats()
+            .into_iter()
+            .map(|s| KeyStats {
+                policy: s.name,
+                keys: s.keys as u64,
+                evicted_fresh: s.evicted_fresh,
+                evicted_lru: s.evicted_lru,
+            })
+            .collect()
     }
 }
