@@ -1,30 +1,34 @@
-//! The decision engine behind a simulation. INTERIM: per-key core state in a map, until the
-//! memory store lands; to be replaced by `sluice_store::MemoryStore`.
+//! The decision engine behind a simulation: the real memory store, driven at explicit times.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
-use sluice_core::{Decision, Nanos, Policy, State};
-use sluice_store::KeyHash;
+use sluice_core::{Decision, ManualClock, Nanos, Policy};
+use sluice_store::{Check, KeyHash, MemoryOptions, MemoryStore, NamedPolicy, StoreError, WhenFull};
 
 use crate::simulation::SimError;
 
+/// One memory store holding every lane's policy; lane `i` is policy `i`.
 pub(crate) struct Engine {
-    policies: Vec<Policy>,
-    states: Vec<HashMap<KeyHash, State>>,
+    store: MemoryStore,
 }
 
 impl Engine {
-    pub(crate) fn new(policies: Vec<(String, Policy)>, _distinct_keys: usize) -> Self {
-        let n = policies.len();
-        Self {
-            policies: policies.into_iter().map(|(_, p)| p).collect(),
-            states: (0..n).map(|_| HashMap::new()).collect(),
-        }
+    /// A store sized so that no key of the run is ever evicted (an eviction would change
+    /// decisions): one shard per policy holding `distinct_keys`, refusing rather than evicting.
+    pub(crate) fn new(policies: Vec<(String, Policy)>, distinct_keys: usize) -> Self {
+        let policies = policies.into_iter().map(|(name, policy)| NamedPolicy { name, policy }).collect();
+        let options = MemoryOptions { max_keys: distinct_keys.max(1), shards: 1, when_full: WhenFull::Refuse };
+        // The clock is never read: every decision passes its time.
+        Self { store: MemoryStore::new(policies, options, Arc::new(ManualClock::new(0))) }
     }
 
+    /// Decides one request of cost 1 for `key` under lane `lane` at `at`.
     pub(crate) fn decide(&mut self, lane: usize, key: KeyHash, at: Nanos) -> Result<Decision, SimError> {
-        let policy = self.policies[lane];
-        let state = self.states[lane].entry(key).or_insert_with(|| policy.fresh_state());
-        Ok(policy.check(state, at, 1).map_err(|source| sluice_store::StoreError::Cost { index: 0, source })?)
+        let verdict = self.store.decide_at(&[Check { policy: lane, key, cost: 1 }], at)?;
+        verdict
+            .decisions
+            .first()
+            .copied()
+            .ok_or_else(|| StoreError::Unavailable("no decision for the check".into()).into())
     }
 }

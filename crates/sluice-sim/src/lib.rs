@@ -49,7 +49,7 @@ mod window;
 pub use arrival::{Arrival, ArrivalError, ArrivalErrorKind, ArrivalsFile, parse_arrivals};
 pub use decimal::{DecimalError, format_duration, format_seconds, parse_duration, parse_seconds};
 pub use decisions::DecisionCsv;
-pub use plot::{PlotError, plot};
+pub use plot::{PlotError, is_svg, plot};
 pub use report::{Parameters, Report, ResultRow, RunInfo};
 pub use rng::Rng;
 pub use scenario::{

@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use sluice_core::{NANOS_PER_SEC, Nanos, Policy};
 use thiserror::Error;
 
@@ -26,6 +27,8 @@ const TITLE_HEIGHT: u32 = 50;
 const MAX_BARS: u64 = 150;
 /// Horizontal resolution of the sliding-window line.
 const LINE_CELLS: usize = 1000;
+/// Width of the legend column to the right of each panel.
+const LEGEND_WIDTH: u32 = 250;
 
 const ADMITTED: RGBColor = RGBColor(46, 139, 87);
 const REJECTED: RGBColor = RGBColor(214, 39, 40);
@@ -56,20 +59,26 @@ pub enum PlotError {
 /// Draws `outcome` into `path` (`.svg` or `.png`, chosen by the extension). `title` heads the
 /// figure; `duration` is the length of the time axis.
 pub fn plot(path: &Path, outcome: &Outcome, title: &str, duration: Nanos) -> Result<(), PlotError> {
+    let svg = is_svg(path)?;
     if outcome.lanes.is_empty() {
         return Err(PlotError::Empty);
     }
     register_font()?;
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let size = (WIDTH, TITLE_HEIGHT + PANEL_HEIGHT * outcome.lanes.len() as u32);
     let draw_err = |message: String| PlotError::Draw { path: path.display().to_string(), message };
-    match ext.as_deref() {
-        Some("svg") => {
-            draw(SVGBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
-        }
-        Some("png") => {
-            draw(BitMapBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
-        }
+    if svg {
+        draw(SVGBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
+    } else {
+        draw(BitMapBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
+    }
+}
+
+/// Checks that `path` names a figure [`plot`] can draw, before a long run: true for `.svg`,
+/// false for `.png`, an error otherwise.
+pub fn is_svg(path: &Path) -> Result<bool, PlotError> {
+    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("svg") => Ok(true),
+        Some("png") => Ok(false),
         _ => Err(PlotError::Format(path.display().to_string())),
     }
 }
@@ -148,7 +157,8 @@ fn draw_lane<DB: DrawingBackend>(
         lane.allowed_ratio() * 100.0,
         lane.max_in_window
     );
-    let mut chart = ChartBuilder::on(area)
+    let (plot_area, legend_area) = area.split_horizontally(WIDTH - LEGEND_WIDTH);
+    let mut chart = ChartBuilder::on(&plot_area)
         .caption(caption, (FONT, 18))
         .margin(10)
         .x_label_area_size(40)
@@ -162,7 +172,9 @@ fn draw_lane<DB: DrawingBackend>(
         .y_desc("requests")
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 15))
-        .light_line_style(RGBColor(235, 235, 235))
+        .light_line_style(RGBColor(245, 245, 245))
+        .x_label_formatter(&|v| trim_float(*v))
+        .y_label_formatter(&|v| trim_float(*v))
         .draw()
         .map_err(e)?;
 
@@ -171,26 +183,16 @@ fn draw_lane<DB: DrawingBackend>(
         let x0 = secs(b as u64 * bin);
         Rectangle::new([(x0 + gap, lo as f64), (x0 + secs(bin) - gap, hi as f64)], color.filled())
     };
-    chart
-        .draw_series((0..bins).filter(|&b| admitted[b] > 0).map(|b| bar(b, 0, admitted[b], ADMITTED)))
-        .map_err(e)?
-        .label(format!("admitted {bar_label}"))
-        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], ADMITTED.filled()));
+    chart.draw_series((0..bins).filter(|&b| admitted[b] > 0).map(|b| bar(b, 0, admitted[b], ADMITTED))).map_err(e)?;
     chart
         .draw_series(
             (0..bins).filter(|&b| rejected[b] > 0).map(|b| bar(b, admitted[b], admitted[b] + rejected[b], REJECTED)),
         )
-        .map_err(e)?
-        .label(format!("rejected {bar_label}"))
-        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], REJECTED.filled()));
+        .map_err(e)?;
 
     let cell = |i: usize| secs((i as u128 * span as u128 / cells as u128) as u64);
     let steps = envelope.iter().enumerate().flat_map(|(i, &v)| [(cell(i), v as f64), (cell(i + 1), v as f64)]);
-    chart
-        .draw_series(LineSeries::new(steps, SLIDING.stroke_width(2)))
-        .map_err(e)?
-        .label(format!("admitted in the last {w}"))
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], SLIDING.stroke_width(2)));
+    chart.draw_series(LineSeries::new(steps, SLIDING.stroke_width(2))).map_err(e)?;
 
     let limit_label = match lane.lane.policy {
         Policy::TokenBucket(_) | Policy::LeakyBucket(_) => format!("rate: {} per {w}", trim_float(limit)),
@@ -203,18 +205,31 @@ fn draw_lane<DB: DrawingBackend>(
             5,
             ShapeStyle { color: BLACK.to_rgba(), filled: false, stroke_width: 2 },
         ))
-        .map_err(e)?
-        .label(limit_label)
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK.stroke_width(2)));
+        .map_err(e)?;
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()
-        .map_err(e)
+    // The legend, in its own column so that it never hides data.
+    let entries: [(String, RGBColor, bool); 4] = [
+        (format!("admitted {bar_label}"), ADMITTED, true),
+        (format!("rejected {bar_label}"), REJECTED, true),
+        (format!("admitted in the last {w}"), SLIDING, false),
+        (limit_label, BLACK, false),
+    ];
+    for (i, (label, color, filled)) in entries.into_iter().enumerate() {
+        let y = 60 + 26 * i as i32;
+        if filled {
+            legend_area.draw(&Rectangle::new([(10, y - 7), (28, y + 7)], color.filled())).map_err(e)?;
+        } else if i == 3 {
+            // Dashed, like the limit line.
+            for x in [10, 22] {
+                legend_area.draw(&PathElement::new([(x, y), (x + 6, y)], color.stroke_width(2))).map_err(e)?;
+            }
+        } else {
+            legend_area.draw(&PathElement::new([(10, y), (28, y)], color.stroke_width(3))).map_err(e)?;
+        }
+        let style = TextStyle::from((FONT, 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        legend_area.draw(&Text::new(label, (36, y), style)).map_err(e)?;
+    }
+    Ok(())
 }
 
 fn trim_float(x: f64) -> String {

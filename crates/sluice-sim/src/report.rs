@@ -148,16 +148,15 @@ impl Report {
         s
     }
 
-    /// An aligned table with a one-line header describing the run.
-    pub fn to_table(&self) -> String {
+    /// One line describing the run: source, requests, length, rate and seed.
+    pub fn headline(&self) -> String {
         let p = &self.parameters;
-        let mut s = String::new();
-        let source = match (&self.scenario, &self.arrivals_file) {
+        let mut s = match (&self.scenario, &self.arrivals_file) {
             (Some(sc), _) => sc.clone(),
             (None, Some(f)) => f.clone(),
             (None, None) => "arrivals".to_string(),
         };
-        let _ = write!(s, "{source}: {} requests in {}", self.requests, format_duration_secs(self.duration_seconds));
+        let _ = write!(s, ": {} requests in {}", self.requests, format_duration_secs(self.duration_seconds));
         if let Some(rps) = p.rps {
             let _ = write!(s, " at {rps} req/s");
             if let Some(c) = p.clients {
@@ -167,6 +166,13 @@ impl Report {
         if let Some(seed) = self.seed {
             let _ = write!(s, ", seed {seed}");
         }
+        s
+    }
+
+    /// An aligned table under two lines describing the run and the limits.
+    pub fn to_table(&self) -> String {
+        let p = &self.parameters;
+        let mut s = self.headline();
         let _ = writeln!(
             s,
             "\nwindows: {} per {}; buckets: capacity {}, {} per second",

@@ -114,7 +114,7 @@ impl Default for Limits {
 impl Limits {
     /// The policy for algorithm `name` (a leaky bucket polices: it rejects beyond its capacity).
     pub fn policy(&self, name: &str) -> Result<Policy, SimError> {
-        let bad = |source| SimError::Params { algorithm: name.to_string(), source };
+        let bad = |problem| SimError::Params { algorithm: name.to_string(), problem };
         Ok(match name {
             "fixed-window" => FixedWindow::new(self.limit, self.window).map_err(bad)?.into(),
             "sliding-log" => SlidingLog::new(self.limit, self.window).map_err(bad)?.into(),
@@ -155,12 +155,12 @@ pub enum SimError {
     #[error("nothing to simulate: choose at least one algorithm and one key")]
     Empty,
     /// Parameters that do not make a limit.
-    #[error("{algorithm}: {source}")]
+    #[error("{algorithm}: {problem}")]
     Params {
         /// The algorithm they were meant for.
         algorithm: String,
         /// What is wrong.
-        source: ParamError,
+        problem: ParamError,
     },
     /// The store refused a decision (it cannot happen with cost 1 and a store sized to the keys).
     #[error("store: {0}")]
@@ -271,7 +271,7 @@ impl Simulation {
         if window == 0 {
             return Err(SimError::Params {
                 algorithm: "max_in_window".into(),
-                source: ParamError::Zero { field: "window" },
+                problem: ParamError::Zero { field: "window" },
             });
         }
         let mut lanes = Vec::new();

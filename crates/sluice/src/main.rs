@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod check_config;
 mod serve;
+mod simulate;
 mod stores;
 
 /// sluice: rate limiting for HTTP APIs.
@@ -20,6 +21,8 @@ enum Command {
     Serve(serve::Args),
     /// Validate a configuration and print the resolved routes and policies.
     CheckConfig(check_config::Args),
+    /// Run the algorithms side by side over generated or recorded arrivals, in virtual time.
+    Simulate(simulate::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,5 +48,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::CheckConfig(args) => check_config::run(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
