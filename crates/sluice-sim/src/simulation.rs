@@ -151,6 +151,9 @@ pub enum SimError {
     /// A key scope that does not exist.
     #[error("unknown key `{0}`: expected ip, account or global")]
     UnknownScope(String),
+    /// Arrivals out of time order.
+    #[error("arrival {0} is earlier than the one before it: arrivals must be sorted by time")]
+    Unsorted(usize),
     /// No algorithm or no scope to run.
     #[error("nothing to simulate: choose at least one algorithm and one key")]
     Empty,
@@ -296,6 +299,9 @@ impl Simulation {
     /// Decides every arrival under every lane, in time order, through a fresh memory store.
     /// Arrivals must be sorted by time (generated and parsed arrivals are).
     pub fn run(&self, arrivals: &[Arrival], observer: &mut dyn Observer) -> Result<Outcome, SimError> {
+        if let Some(i) = arrivals.windows(2).position(|w| w[1].at < w[0].at) {
+            return Err(SimError::Unsorted(i + 1));
+        }
         let hasher = KeyHasher::from_secret(b"sluice simulate");
         let scopes: Vec<KeyScope> = {
             let mut s: Vec<KeyScope> = self.lanes.iter().map(|l| l.scope).collect();
@@ -427,6 +433,13 @@ mod tests {
                 (400 * NANOS_PER_MILLI, "token-bucket".into(), false, 600 * NANOS_PER_MILLI),
             ]
         );
+    }
+
+    #[test]
+    fn unsorted_arrivals_are_refused() {
+        let sim = Simulation::new(&["fixed-window"], &[KeyScope::Global], &Limits::default()).unwrap();
+        let e = sim.run(&[Arrival::at(5), Arrival::at(9), Arrival::at(7)], &mut Quiet).unwrap_err();
+        assert!(matches!(e, SimError::Unsorted(2)), "{e}");
     }
 
     #[test]

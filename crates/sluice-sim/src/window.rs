@@ -13,10 +13,14 @@ use sluice_core::Nanos;
 /// assert_eq!(max_in_window(&t, 1_000), 3);
 /// ```
 pub fn max_in_window(times: &[Nanos], window: Nanos) -> u64 {
+    if window == 0 {
+        return 0;
+    }
     let mut best = 0;
     let mut start = 0;
     for (end, &t) in times.iter().enumerate() {
-        while t - times[start] >= window {
+        // Unsorted input gives a meaningless answer, never a panic: start never passes end.
+        while t.saturating_sub(times[start]) >= window {
             start += 1;
         }
         best = best.max(end + 1 - start);
@@ -65,7 +69,7 @@ pub fn sliding_envelope(times: &[Nanos], window: Nanos, span: Nanos, cells: usiz
             rise += 1;
         }
         while fall < times.len() && times[fall].saturating_add(window) == t {
-            count -= 1;
+            count = count.saturating_sub(1);
             fall += 1;
         }
         out[c] = out[c].max(count);
@@ -92,6 +96,7 @@ mod tests {
         assert_eq!(max_in_window(&[0, 10], 10), 1);
         assert_eq!(max_in_window(&[0, 9], 10), 2);
         assert_eq!(max_in_window(&[3, 3, 3], 1), 3);
+        assert_eq!(max_in_window(&[3, 3, 3], 0), 0);
     }
 
     #[test]
