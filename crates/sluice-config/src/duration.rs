@@ -54,7 +54,7 @@ pub fn format_duration(n: Nanos) -> String {
         (1_000, "us"),
     ];
     for (scale, unit) in UNITS {
-        if n >= scale && n % scale == 0 {
+        if n >= scale && n.is_multiple_of(scale) {
             return format!("{}{unit}", n / scale);
         }
     }
