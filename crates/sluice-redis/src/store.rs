@@ -196,8 +196,14 @@ impl RedisStore {
             Ok(Ok(verdict)) => {
                 permit.success();
                 if let Some(cache) = &self.deny {
-                    for (c, d) in checks.iter().zip(&verdict.decisions) {
-                        cache.insert(c.policy, &c.key, c.cost, clock, start, d);
+                    for (i, (c, d)) in checks.iter().zip(&verdict.decisions).enumerate() {
+                        // A key named again in the request was decided after its earlier
+                        // checks' tentative charges, which a denied request never made: only a
+                        // key's first check is a denial on its stored state.
+                        let first = !checks[..i].iter().any(|e| e.policy == c.policy && e.key == c.key);
+                        if first {
+                            cache.insert(c.policy, &c.key, c.cost, clock, start, d);
+                        }
                     }
                 }
                 Ok(Outcome { verdict, source: Source::Redis })
