@@ -89,10 +89,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
     let name = HeaderName::from_static("x-forwarded-for");
-    let joined = match headers.get(&name).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {client}"),
-        _ => client.to_string(),
-    };
+    // Several header lines are one list: keep every entry, in order, then add ours.
+    let mut entries: Vec<&str> = headers
+        .get_all(&name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    let client = client.to_string();
+    entries.push(&client);
+    let joined = entries.join(", ");
     if let Ok(v) = HeaderValue::from_str(&joined) {
         headers.insert(name, v);
     }
@@ -123,5 +130,9 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "192.0.2.1");
         append_forwarded_for(&mut h, "192.0.2.2".parse().unwrap());
         assert_eq!(h["x-forwarded-for"], "192.0.2.1, 192.0.2.2");
+        h.append("x-forwarded-for", "192.0.2.3".parse().unwrap());
+        append_forwarded_for(&mut h, "192.0.2.4".parse().unwrap());
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "192.0.2.1, 192.0.2.2, 192.0.2.3, 192.0.2.4");
     }
 }
