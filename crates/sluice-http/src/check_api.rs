@@ -1,5 +1,7 @@
 //! `POST /v1/check`: the decision service, for applications that ask instead of proxying.
 
+use std::time::Instant;
+
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -11,6 +13,7 @@ use sluice_store::Check;
 use crate::enforce::Enforcer;
 use crate::gateway::store_failure;
 use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_rate_limit_headers};
+use crate::observe::{CHECK_API_ROUTE, Observed, Timing};
 use crate::respond::{self, Body};
 
 /// The path of the decision API.
@@ -42,7 +45,14 @@ enum CheckRequest {
 /// Decides `{"policy", "key", "cost"}` or `{"checks": [...]}` (decided together): 200 when
 /// admitted, 429 (the configured deny status) when denied, with the decision in the body and the
 /// rate-limit headers. Keys are hashed with the policy name before they reach the store.
-pub async fn handle(enforcer: &Enforcer, config: &Config, req: Request<Incoming>, unix_now: u64) -> Response<Body> {
+/// Decisions are counted and logged through `observed` under the route `/v1/check`.
+pub async fn handle(
+    enforcer: &Enforcer,
+    config: &Config,
+    observed: &Observed,
+    req: Request<Incoming>,
+    unix_now: u64,
+) -> Response<Body> {
     let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return respond::error(413, "body_too_large", "The check request is too large (64 KiB at most)."),
@@ -58,6 +68,7 @@ pub async fn handle(enforcer: &Enforcer, config: &Config, req: Request<Incoming>
     if asked.is_empty() {
         return respond::error(400, "bad_request", "`checks` is empty.");
     }
+    let started = Instant::now();
     let mut checks = Vec::with_capacity(asked.len());
     for c in &asked {
         let Some(policy) = enforcer.policy_index(&c.policy) else {
@@ -70,10 +81,18 @@ pub async fn handle(enforcer: &Enforcer, config: &Config, req: Request<Incoming>
         let key = enforcer.hasher().hash(&[c.policy.as_bytes(), b"api", c.key.as_bytes()]);
         checks.push(Check { policy, key, cost: c.cost });
     }
-    let outcome = match enforcer.decide(&checks).await {
+    let store_asked = Instant::now();
+    let result = enforcer.decide(&checks).await;
+    let timing = Timing::since(started, store_asked);
+    let outcome = match result {
         Ok(o) => o,
-        Err(e) => return store_failure(&e),
+        Err(e) => {
+            observed.failed(None, CHECK_API_ROUTE, &checks, enforcer.policies(), &e, timing, "api", 503);
+            return store_failure(&e);
+        }
     };
+    observed.decided(None, &checks, enforcer.policies(), &outcome, timing);
+    let logged = observed.pick(&outcome);
     let per_check: Vec<_> = outcome
         .decisions
         .iter()
@@ -104,6 +123,10 @@ pub async fn handle(enforcer: &Enforcer, config: &Config, req: Request<Incoming>
         "delay_ms": ceil_millis(outcome.delay()),
         "checks": per_check,
     });
+    if let Some((i, verdict)) = logged {
+        let d = &outcome.decisions[i];
+        observed.line(CHECK_API_ROUTE, enforcer.policies(), &checks[i], d, verdict, "api", timing, status).emit();
+    }
     let mut res = respond::json(status, &payload);
     if let Some((i, d)) = shown {
         let info = &enforcer.policies()[checks[i].policy];

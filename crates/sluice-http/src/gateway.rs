@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use http::header::HeaderValue;
@@ -19,6 +19,7 @@ use crate::enforce::{Enforcer, Outcome, PolicyInfo};
 use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_rate_limit_headers};
 use crate::identity::ClientIdentity;
 use crate::keys::{RequestFacts, key_for};
+use crate::observe::{Observed, Observer, Timing};
 use crate::proxy::Upstream;
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
@@ -39,11 +40,24 @@ pub struct Loaded {
     identity: ClientIdentity,
     upstream: Option<Upstream>,
     decision_api: bool,
+    /// Metric handles and decision log policy resolved for this configuration.
+    pub observed: Observed,
 }
 
 impl Loaded {
-    /// Derives the gateway's working state from `config` and a store for it.
+    /// Derives the gateway's working state from `config` and a store for it (with metrics of
+    /// its own; see [`Loaded::observed_by`]).
     pub fn new(config: Config, store: Arc<dyn Store>, hasher: KeyHasher) -> Result<Self, String> {
+        Self::observed_by(config, store, hasher, &Arc::new(Observer::new()))
+    }
+
+    /// Like [`Loaded::new`], counting and logging through `observer`.
+    pub fn observed_by(
+        config: Config,
+        store: Arc<dyn Store>,
+        hasher: KeyHasher,
+        observer: &Arc<Observer>,
+    ) -> Result<Self, String> {
         let policies = config
             .policies
             .iter()
@@ -53,7 +67,15 @@ impl Loaded {
         let upstream =
             config.upstream.as_ref().map(|u| Upstream::new(&u.url, Duration::from_nanos(u.timeout))).transpose()?;
         let decision_api = config.server.decision_api.unwrap_or(config.upstream.is_none());
-        Ok(Self { enforcer: Enforcer::new(store, hasher, policies), identity, upstream, decision_api, config })
+        let observed = Observed::resolve(observer, &config, store.kind());
+        Ok(Self {
+            enforcer: Enforcer::new(store, hasher, policies),
+            identity,
+            upstream,
+            decision_api,
+            config,
+            observed,
+        })
     }
 }
 
@@ -65,30 +87,47 @@ pub struct Gateway {
     hasher: KeyHasher,
     clock: SystemClock,
     in_flight: AtomicUsize,
+    observer: Arc<Observer>,
 }
 
 impl Gateway {
     /// A gateway for `config`, with stores from `factory`. The key secret comes from the
     /// config; without one, a random secret is drawn (right for a single instance).
     pub fn new(config: Config, factory: Box<dyn StoreFactory>) -> Result<Self, String> {
+        Self::with_observer(config, factory, Arc::new(Observer::new()))
+    }
+
+    /// Like [`Gateway::new`], counting and logging through `observer` (kept across reloads).
+    pub fn with_observer(
+        config: Config,
+        factory: Box<dyn StoreFactory>,
+        observer: Arc<Observer>,
+    ) -> Result<Self, String> {
         let hasher = match &config.server.key_secret {
             Some(s) => KeyHasher::from_secret(s.as_bytes()),
             None => KeyHasher::random(),
         };
         let store = factory.build(&config, None)?;
-        let loaded = Loaded::new(config, store, hasher.clone())?;
+        let loaded = Loaded::observed_by(config, store, hasher.clone(), &observer)?;
         Ok(Self {
             current: ArcSwap::from_pointee(loaded),
             factory,
             hasher,
             clock: SystemClock::new(),
             in_flight: AtomicUsize::new(0),
+            observer,
         })
     }
 
     /// Replaces the configuration. A configuration whose store cannot be built is refused and
     /// the current one keeps serving. Policies that did not change keep their state.
     pub fn reload(&self, config: Config) -> Result<(), String> {
+        let result = self.try_reload(config);
+        self.observer.reloaded(&result);
+        result
+    }
+
+    fn try_reload(&self, config: Config) -> Result<(), String> {
         if config.server.key_secret != self.current.load().config.server.key_secret {
             return Err("server.key_secret cannot change on reload: restart to change it".into());
         }
@@ -97,7 +136,7 @@ impl Gateway {
         }
         let previous = self.current.load().enforcer.store().clone();
         let store = self.factory.build(&config, Some(&previous))?;
-        let loaded = Loaded::new(config, store, self.hasher.clone())?;
+        let loaded = Loaded::observed_by(config, store, self.hasher.clone(), &self.observer)?;
         self.current.store(Arc::new(loaded));
         Ok(())
     }
@@ -105,6 +144,11 @@ impl Gateway {
     /// The configuration in force.
     pub fn config(&self) -> Arc<Loaded> {
         self.current.load_full()
+    }
+
+    /// The metrics and decision log sources, shared by every configuration this gateway loads.
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.observer
     }
 
     /// Requests being handled now.
@@ -129,13 +173,16 @@ impl Gateway {
                 res.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("POST"));
                 return Ok(res);
             }
-            return Ok(check_api::handle(&loaded.enforcer, &loaded.config, req, self.unix_now()).await);
+            return Ok(
+                check_api::handle(&loaded.enforcer, &loaded.config, &loaded.observed, req, self.unix_now()).await
+            );
         }
         let method = req.method().as_str().to_owned();
-        let route = loaded.config.routes.iter().find(|r| r.matches(&method, &path));
+        let route = loaded.config.routes.iter().enumerate().find(|(_, r)| r.matches(&method, &path));
         let peer_ip = peer.ip();
         let client = loaded.identity.client_ip(peer_ip, req.headers());
-        let Some(route) = route else {
+        let Some((route_idx, route)) = route else {
+            loaded.observed.unmatched();
             return Ok(match &loaded.upstream {
                 Some(up) => {
                     let (parts, body) = req.into_parts();
@@ -160,6 +207,7 @@ impl Gateway {
             (None, ReplayBody::untouched(body))
         };
 
+        let started = Instant::now();
         let facts = RequestFacts {
             method: &method,
             path: &path,
@@ -179,15 +227,35 @@ impl Gateway {
                 Check { policy: l.policy, key, cost: l.cost }
             })
             .collect();
-        let outcome = match enforcer.decide(&checks).await {
+        let asked = Instant::now();
+        let result = enforcer.decide(&checks).await;
+        let timing = Timing::since(started, asked);
+        let obs = &loaded.observed;
+        let outcome = match result {
             Ok(o) => o,
-            Err(e) => return Ok(store_failure(&e)),
+            Err(e) => {
+                let kind = route.limits.first().map_or("none", |l| l.key.kind());
+                obs.failed(Some(route_idx), &route.name, &checks, enforcer.policies(), &e, timing, kind, 503);
+                return Ok(store_failure(&e));
+            }
+        };
+        obs.decided(Some(route_idx), &checks, enforcer.policies(), &outcome, timing);
+        // The decision log line, if this decision gets one; the key type is found again only then.
+        let logged = obs.pick(&outcome).map(|(i, verdict)| {
+            let kind =
+                key_for(enforcer.hasher(), &enforcer.policies()[checks[i].policy].name, &route.limits[i].key, &facts).1;
+            (i, verdict, kind)
+        });
+        let log = |status: u16| {
+            if let Some((i, verdict, kind)) = logged {
+                let d = &outcome.decisions[i];
+                obs.line(&route.name, enforcer.policies(), &checks[i], d, verdict, kind, timing, status).emit();
+            }
         };
         let view = describe(loaded, &checks, &outcome);
         if !outcome.allowed {
-            tracing::debug!(target: "sluice::decision", route = %route.name,
-                policy = view.map_or("", |v| v.name), "denied");
             if loaded.config.server.on_deny == OnDeny::Drop {
+                log(0);
                 return Err(Dropped);
             }
             let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
@@ -196,6 +264,7 @@ impl Gateway {
                 write_rate_limit_headers(res.headers_mut(), &loaded.config.server.headers, v, self.unix_now());
             }
             write_denial_headers(res.headers_mut(), secs);
+            log(res.status().as_u16());
             return Ok(res);
         }
         let delay = outcome.delay();
@@ -209,6 +278,7 @@ impl Gateway {
         if let Some(v) = &view {
             write_rate_limit_headers(res.headers_mut(), &loaded.config.server.headers, v, self.unix_now());
         }
+        log(res.status().as_u16());
         Ok(res)
     }
 }
@@ -223,7 +293,8 @@ fn describe<'a>(loaded: &'a Loaded, checks: &[Check], outcome: &Outcome) -> Opti
 /// A store that cannot decide (fail-closed, or full and refusing): 503, the limiter is
 /// unavailable, not the client's quota.
 pub(crate) fn store_failure(e: &StoreError) -> Response<Body> {
-    tracing::warn!(target: "sluice::store", error = %e, "store could not decide");
+    // Logged by the observer: an event when failures start, capped decision lines after.
+    tracing::debug!(target: "sluice::store", error = %e, "store could not decide");
     let mut res = respond::error(503, "limiter_unavailable", "The rate limiter is unavailable; retry shortly.");
     write_denial_headers(res.headers_mut(), 1);
     res
@@ -245,6 +316,7 @@ impl Handler for Gateway {
         let _guard = InFlight(&self.in_flight);
         if before >= loaded.config.server.max_in_flight {
             tracing::debug!(target: "sluice::shed", in_flight = before, "shed");
+            loaded.observed.shed();
             let mut res = respond::error(503, "overloaded", "The service is overloaded; retry shortly.");
             write_denial_headers(res.headers_mut(), 1);
             return Ok(res);

@@ -8,7 +8,8 @@
 //!   `x-ratelimit` header styles;
 //! - [`layer`]: a tower `Layer` any axum or hyper app can use;
 //! - [`gateway`]: the configured gateway (routes, reverse proxy, shaping, decision API, reload);
-//! - [`seed`]: the default service of `sluice serve` without a config.
+//! - [`seed`]: the default service of `sluice serve` without a config;
+//! - [`observe`]: Prometheus metrics, sampled decision logs, the admin listener.
 //!
 //! ```
 //! use sluice_http::identity::ClientIdentity;
@@ -28,6 +29,7 @@ pub mod identity;
 pub mod keys;
 pub mod layer;
 pub mod memory_factory;
+pub mod observe;
 pub mod proxy;
 pub mod respond;
 pub mod seed;

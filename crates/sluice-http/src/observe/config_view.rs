@@ -1,0 +1,179 @@
+//! The resolved configuration as JSON for `GET /config`, with secrets redacted.
+
+use serde_json::{Value, json};
+use sluice_config::{Config, OnDeny, OnError, StoreConfig};
+use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
+
+/// What stands in for a secret.
+const REDACTED: &str = "<redacted>";
+
+/// The configuration in force, as the gateway understood it: defaults filled in, durations in
+/// milliseconds, policies by name. `server.key_secret` is redacted (only whether one is set
+/// shows), and so is any password in a store URL.
+///
+/// ```
+/// let c = sluice_config::parse("s.toml", "[server]\nkey_secret = \"0123456789abcdef-secret\"\n").unwrap();
+/// let v = sluice_http::observe::config_json(&c);
+/// assert_eq!(v["server"]["key_secret"], "<redacted>");
+/// assert!(!v.to_string().contains("0123456789abcdef-secret"));
+/// ```
+pub fn config_json(c: &Config) -> Value {
+    let s = &c.server;
+    json!({
+        "server": {
+            "listen": s.listen.to_string(),
+            "trusted_proxies": s.trusted_proxies.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "ipv6_prefix": s.ipv6_prefix,
+            "headers": s.headers.iter().map(|h| h.name()).collect::<Vec<_>>(),
+            "deny_status": s.deny_status,
+            "on_deny": match s.on_deny { OnDeny::Respond => "respond", OnDeny::Drop => "drop" },
+            "max_in_flight": s.max_in_flight,
+            "user_header": s.user_header,
+            "max_body_bytes": s.max_body_bytes,
+            "key_secret": s.key_secret.as_ref().map(|_| REDACTED),
+            "decision_api": s.decision_api,
+        },
+        "upstream": c.upstream.as_ref().map(|u| json!({
+            "url": redact_url(&u.url),
+            "timeout_ms": u.timeout / NANOS_PER_MILLI,
+        })),
+        "policies": c.policies.iter().map(|p| {
+            let mut v = policy_json(&p.policy);
+            v["name"] = json!(p.name);
+            v["shadow"] = json!(p.shadow);
+            v
+        }).collect::<Vec<_>>(),
+        "routes": c.routes.iter().map(|r| json!({
+            "name": r.name,
+            "path": r.path.to_string(),
+            "methods": r.methods,
+            "limits": r.limits.iter().map(|l| json!({
+                "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),
+                "key": l.key.to_string(),
+                "cost": l.cost,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "store": store_json(&c.store),
+        "admin": c.admin.as_ref().map(|a| json!({ "listen": a.listen.to_string() })),
+        "decision_log": {
+            "sample": c.decision_log.sample,
+            "denials_per_second": c.decision_log.denials_per_second,
+        },
+    })
+}
+
+fn policy_json(p: &Policy) -> Value {
+    let per_second = |interval: u64| 1e9 / interval as f64;
+    match p {
+        Policy::FixedWindow(_) | Policy::SlidingLog(_) | Policy::SlidingWindow(_) => json!({
+            "algorithm": p.name(),
+            "limit": p.limit(),
+            "window_ms": p.window() / NANOS_PER_MILLI,
+        }),
+        Policy::TokenBucket(t) => json!({
+            "algorithm": p.name(),
+            "capacity": t.capacity(),
+            "refill_per_second": per_second(t.interval()),
+        }),
+        Policy::LeakyBucket(l) => {
+            let (mode, delay) = match l.mode() {
+                LeakMode::Police => ("police", None),
+                LeakMode::Shape { delay } => ("shape", Some(delay)),
+            };
+            json!({
+                "algorithm": p.name(),
+                "rate_per_second": per_second(l.interval()),
+                "capacity": l.capacity(),
+                "mode": mode,
+                "delay": delay,
+            })
+        }
+    }
+}
+
+fn store_json(s: &StoreConfig) -> Value {
+    match s {
+        StoreConfig::Memory { max_keys, shards, evict_lru } => json!({
+            "kind": "memory",
+            "max_keys": max_keys,
+            "shards": shards,
+            "when_full": if *evict_lru { "evict-lru" } else { "refuse" },
+        }),
+        StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => json!({
+            "kind": "redis",
+            "urls": urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            "cluster": cluster,
+            "on_error": match on_error {
+                OnError::FailOpen => "fail-open",
+                OnError::FailClosed => "fail-closed",
+                OnError::Local => "local",
+            },
+            "timeout_ms": timeout_ms,
+            "key_prefix": key_prefix,
+        }),
+    }
+}
+
+/// `scheme://user:password@host/...` with the user information replaced.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{REDACTED}@{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_information_in_urls_is_redacted() {
+        assert_eq!(redact_url("redis://:hunter2@10.0.0.1:6379/0"), "redis://<redacted>@10.0.0.1:6379/0");
+        assert_eq!(redact_url("redis://u:p@h"), "redis://<redacted>@h");
+        assert_eq!(redact_url("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
+        assert_eq!(redact_url("http://h/path@x"), "http://h/path@x");
+    }
+
+    #[test]
+    fn policies_routes_and_store_are_described() {
+        let c = sluice_config::parse(
+            "s.toml",
+            r#"
+[[policy]]
+name = "per-ip"
+algorithm = "token-bucket"
+capacity = 10
+refill_per_second = 2
+
+[[policy]]
+name = "per-account"
+algorithm = "sliding-log"
+limit = 3
+window = "15m"
+shadow = true
+
+[[route]]
+path = "/api/*"
+methods = ["POST"]
+limits = [{ policy = "per-ip", key = "header:x-api-key|ip" }, { policy = "per-account", key = "json:/email" }]
+
+[store]
+kind = "redis"
+urls = ["redis://:pw@127.0.0.1:6379"]
+"#,
+        )
+        .unwrap();
+        let v = config_json(&c);
+        assert_eq!(v["policies"][0]["refill_per_second"], 2.0);
+        assert_eq!(v["policies"][1]["window_ms"], 900_000);
+        assert_eq!(v["policies"][1]["shadow"], true);
+        assert_eq!(v["routes"][0]["path"], "/api/*");
+        assert_eq!(v["routes"][0]["limits"][0]["key"], "header:x-api-key|ip");
+        assert_eq!(v["routes"][0]["limits"][1]["policy"], "per-account");
+        assert_eq!(v["store"]["urls"][0], "redis://<redacted>@127.0.0.1:6379");
+        assert_eq!(v["server"]["key_secret"], Value::Null);
+        assert!(!v.to_string().contains(":pw@"));
+    }
+}

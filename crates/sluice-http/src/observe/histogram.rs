@@ -1,0 +1,120 @@
+//! A latency histogram with lock-free buckets: one atomic add per observation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::exemplar::Exemplar;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+
+/// Upper bounds of the buckets, in nanoseconds: 10 us to 1 s. A memory-store decision takes
+/// microseconds; a Redis round trip, a fraction of a millisecond to the store timeout.
+const BOUNDS_NS: [u64; 16] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+];
+
+#[derive(Debug)]
+struct Inner {
+    /// Observations per bucket (not cumulative); the last counts those above every bound.
+    buckets: [AtomicU64; BOUNDS_NS.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+/// A histogram of durations in seconds, exported with the buckets of [`BOUNDS_NS`].
+///
+/// Clones share the same counts, so a handle resolved once (per route, per store) is cheap to
+/// keep and to use. The exported `_count` is the sum of the buckets, so it always equals the
+/// `+Inf` bucket.
+///
+/// ```
+/// use sluice_http::observe::LatencyHistogram;
+/// let h = LatencyHistogram::default();
+/// h.observe_nanos(3_000);
+/// h.observe_nanos(2_000_000_000);
+/// assert_eq!(h.count(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct LatencyHistogram {
+    inner: Arc<Inner>,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self { inner: Arc::new(Inner { buckets: Default::default(), sum_ns: AtomicU64::new(0) }) }
+    }
+}
+
+impl LatencyHistogram {
+    /// Records one duration of `ns` nanoseconds.
+    pub fn observe_nanos(&self, ns: u64) {
+        let i = BOUNDS_NS.partition_point(|&b| b < ns);
+        self.inner.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.inner.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.inner.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+}
+
+impl TypedMetric for LatencyHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for LatencyHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let mut buckets = [(0.0, 0u64); BOUNDS_NS.len() + 1];
+        for (i, slot) in buckets.iter_mut().enumerate() {
+            let bound = BOUNDS_NS.get(i).map_or(f64::MAX, |&ns| ns as f64 / 1e9);
+            *slot = (bound, self.inner.buckets[i].load(Ordering::Relaxed));
+        }
+        let count = buckets.iter().map(|b| b.1).sum();
+        let sum = self.inner.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(
+            sum,
+            count,
+            &buckets,
+            None::<&std::collections::HashMap<usize, Exemplar<NoLabelSet, f64>>>,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_land_in_the_first_bucket_whose_bound_is_not_below_them() {
+        let h = LatencyHistogram::default();
+        h.observe_nanos(0);
+        h.observe_nanos(10_000); // exactly on the first bound: le="1e-5"
+        h.observe_nanos(10_001);
+        h.observe_nanos(5_000_000_000); // above every bound: +Inf only
+        let counts: Vec<u64> = h.inner.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        assert_eq!(counts[0], 2);
+        assert_eq!(counts[1], 1);
+        assert_eq!(counts[BOUNDS_NS.len()], 1);
+        assert_eq!(h.count(), 4);
+        assert_eq!(h.inner.sum_ns.load(Ordering::Relaxed), 5_000_020_001);
+    }
+}

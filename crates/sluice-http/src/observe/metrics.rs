@@ -1,0 +1,259 @@
+//! The Prometheus metrics of the gateway: families registered once, rendered on scrape.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use sluice_store::{KeyStats, StoreError};
+
+use super::histogram::LatencyHistogram;
+use super::process::ProcessCollector;
+
+/// `sluice_decisions_total`: one per limit applied to a request.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DecisionLabels {
+    pub route: String,
+    pub policy: String,
+    pub algorithm: &'static str,
+    pub outcome: &'static str,
+}
+
+/// `sluice_requests_total`: one per request that reached the routing step.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    pub route: String,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StoreLabels {
+    pub store: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StoreErrorLabels {
+    pub store: &'static str,
+    pub kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReloadLabels {
+    pub result: &'static str,
+}
+
+/// Outcomes of `sluice_decisions_total`, in the order of the per-limit counter arrays.
+pub(crate) const DECISION_OUTCOMES: [&str; 4] = ["allowed", "denied", "shadow_denied", "error"];
+/// Outcomes of `sluice_requests_total` for a matched route, in the order of its counter array.
+pub(crate) const REQUEST_OUTCOMES: [&str; 3] = ["allowed", "denied", "error"];
+
+/// The gateway's metric families. Label sets are resolved into counter handles when a
+/// configuration is loaded (see `Observed`), so a request only adds to atomics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub(crate) decisions: Family<DecisionLabels, Counter>,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) decision_duration: Family<StoreLabels, LatencyHistogram>,
+    pub(crate) store_latency: Family<StoreLabels, LatencyHistogram>,
+    store_errors: Family<StoreErrorLabels, Counter>,
+    pub(crate) shed: Counter,
+    reloads: Family<ReloadLabels, Counter>,
+    pub(crate) log_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family (and the process collector) in a new registry.
+    pub fn new() -> Self {
+        let m = Self {
+            registry: Registry::default(),
+            decisions: Family::default(),
+            requests: Family::default(),
+            decision_duration: Family::default(),
+            store_latency: Family::default(),
+            store_errors: Family::default(),
+            shed: Counter::default(),
+            reloads: Family::default(),
+            log_dropped: Counter::default(),
+        };
+        let mut registry = Registry::default();
+        registry.register(
+            "sluice_decisions",
+            "Decisions per limit applied to a request: allowed, denied, shadow_denied (a shadow policy \
+             would have denied), error (the store could not decide).",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "sluice_requests",
+            "Requests by route (configured name, or unmatched) and outcome.",
+            m.requests.clone(),
+        );
+        registry.register(
+            "sluice_decision_duration_seconds",
+            "Time to decide a request: building its keys and asking the store.",
+            m.decision_duration.clone(),
+        );
+        registry.register(
+            "sluice_store_latency_seconds",
+            "Time the store took to answer a request's checks.",
+            m.store_latency.clone(),
+        );
+        registry.register(
+            "sluice_store_errors",
+            "Requests the store could not decide, by error kind.",
+            m.store_errors.clone(),
+        );
+        registry.register("sluice_shed", "Requests shed with 503 because max_in_flight was reached.", m.shed.clone());
+        registry.register(
+            "sluice_config_reloads",
+            "Configuration reloads, applied (ok) or refused (the running configuration kept serving).",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "sluice_decision_log_dropped",
+            "Decision log lines (denials, shadow denials, store errors) not written because \
+             decision_log.denials_per_second was reached.",
+            m.log_dropped.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector));
+        // Both outcomes exist from the start, so `increase()` works on the first reload.
+        for result in ["ok", "refused"] {
+            let _ = m.reloads.get_or_create(&ReloadLabels { result });
+        }
+        Self { registry, ..m }
+    }
+
+    /// Counts a request the store could not decide.
+    pub(crate) fn store_error(&self, store: &'static str, e: &StoreError) {
+        self.store_errors.get_or_create(&StoreErrorLabels { store, kind: error_kind(e) }).inc();
+    }
+
+    /// Counts a reload, applied or refused.
+    pub(crate) fn reload(&self, ok: bool) {
+        self.reloads.get_or_create(&ReloadLabels { result: if ok { "ok" } else { "refused" } }).inc();
+    }
+
+    /// The text exposition (OpenMetrics): the registered families, then what `scrape` reads now.
+    pub fn render(&self, scrape: Scrape) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let mut now = Registry::default();
+        now.register_collector(Box::new(scrape));
+        // Writing to a String cannot fail; the encoders only fail on a failing writer.
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &now);
+        let _ = encode_eof(&mut out);
+        out
+    }
+}
+
+/// A short, bounded name for a store error: the `kind` label of `sluice_store_errors_total`.
+pub fn error_kind(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Cost { .. } => "cost",
+        StoreError::UnknownPolicy { .. } => "unknown_policy",
+        StoreError::Full { .. } => "full",
+        StoreError::Timeout(_) => "timeout",
+        StoreError::Unavailable(_) => "unavailable",
+    }
+}
+
+/// What is read at scrape time rather than counted per request: requests in flight and what the
+/// store in use reports about itself.
+#[derive(Debug, Clone)]
+pub struct Scrape {
+    /// Requests being handled.
+    pub in_flight: usize,
+    /// The store's kind (`memory`, `redis`).
+    pub store: &'static str,
+    /// Whether the store can serve (see `Store::ready`).
+    pub ready: bool,
+    /// Keys and evictions per policy (memory store).
+    pub keys: Vec<KeyStats>,
+    /// Whether the breaker is open (Redis store).
+    pub breaker_open: Option<bool>,
+    /// Requests denied from the local deny cache (Redis store).
+    pub deny_cache_hits: Option<u64>,
+}
+
+impl Scrape {
+    /// Reads `store` now.
+    pub fn of(store: &dyn sluice_store::Store, in_flight: usize) -> Self {
+        Self {
+            in_flight,
+            store: store.kind(),
+            ready: store.ready(),
+            keys: store.key_stats(),
+            breaker_open: store.breaker_open(),
+            deny_cache_hits: store.deny_cache_hits(),
+        }
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let g = ConstGauge::new(self.in_flight as i64);
+        g.encode(encoder.encode_descriptor("sluice_in_flight", "Requests being handled.", None, g.metric_type())?)?;
+
+        let store = [("store", self.store)];
+        let mut e = encoder.encode_descriptor(
+            "sluice_store_ready",
+            "1 when the store can decide or its failure mode allows serving (/readyz answers 200).",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(self.ready)).encode(e.encode_family(&store)?)?;
+
+        if !self.keys.is_empty() {
+            let mut e = encoder.encode_descriptor(
+                "sluice_keys",
+                "Keys held per policy (memory store).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for k in &self.keys {
+                ConstGauge::new(k.keys as i64).encode(e.encode_family(&[("policy", k.policy.as_str())])?)?;
+            }
+            let mut e = encoder.encode_descriptor(
+                "sluice_evictions",
+                "Keys evicted per policy (memory store): fresh (no decision changed) or lru (a live key \
+                 dropped to make room: raise store.max_keys).",
+                None,
+                MetricType::Counter,
+            )?;
+            for k in &self.keys {
+                for (reason, n) in [("fresh", k.evicted_fresh), ("lru", k.evicted_lru)] {
+                    ConstCounter::new(n)
+                        .encode(e.encode_family(&[("policy", k.policy.as_str()), ("reason", reason)])?)?;
+                }
+            }
+        }
+        if let Some(open) = self.breaker_open {
+            let mut e = encoder.encode_descriptor(
+                "sluice_breaker_open",
+                "1 while the store's circuit breaker is open: decisions take the failure mode without asking it.",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(i64::from(open)).encode(e.encode_family(&store)?)?;
+        }
+        if let Some(hits) = self.deny_cache_hits {
+            let mut e = encoder.encode_descriptor(
+                "sluice_deny_cache_hits",
+                "Requests denied from the local deny cache without a store round trip.",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(hits).encode(e.encode_family(&store)?)?;
+        }
+        Ok(())
+    }
+}

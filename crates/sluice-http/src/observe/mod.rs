@@ -1,0 +1,131 @@
+//! Observability: Prometheus metrics, sampled decision logs, service events, the admin listener.
+//!
+//! - [`Observer`] owns the metric families and the sources (clock, random draws) of the decision
+//!   log; one per gateway, kept across reloads.
+//! - [`Observed`] holds what one loaded configuration needs per request: counter handles
+//!   resolved from `(route, policy)` label sets when the configuration is loaded, histogram
+//!   handles, and the [`DecisionLog`] policy of its `[decision_log]`. A request only adds to
+//!   atomics; a decision log line is built only when it is written.
+//! - [`admin`] serves `GET /metrics`, `/healthz`, `/readyz` and `/config` on its own listener.
+//! - [`json_lines`] is the log format of `sluice serve --config`: one JSON object per line.
+//!
+//! Label values are bounded: route names from the configuration (or `unmatched`, or
+//! `/v1/check`), policy names, algorithm names, fixed outcome words. Never a key, an IP or a
+//! raw path.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_http::observe::{Observer, Scrape};
+//! let observer = Arc::new(Observer::new());
+//! observer.reloaded(&Err("bad file".into()));
+//! let text = observer.metrics().render(Scrape {
+//!     in_flight: 0, store: "memory", ready: true, keys: vec![], breaker_open: None, deny_cache_hits: None,
+//! });
+//! assert!(text.contains("sluice_config_reloads_total{result=\"refused\"} 1"));
+//! assert!(text.ends_with("# EOF\n"));
+//! ```
+
+pub mod admin;
+mod config_view;
+mod decision_log;
+mod events;
+mod histogram;
+mod log_format;
+mod metrics;
+mod observed;
+mod process;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sluice_core::{Clock, SystemClock};
+use sluice_store::StoreError;
+
+pub use config_view::config_json;
+pub use decision_log::{DecisionLine, DecisionLog, RandomSource, TARGET as DECISION_TARGET, ThreadRandom};
+pub use events::{TARGET as EVENT_TARGET, started, stopped};
+pub use histogram::LatencyHistogram;
+pub use log_format::json_lines;
+pub use metrics::{Metrics, Scrape, error_kind};
+pub use observed::{CHECK_API_ROUTE, Observed, Timing, UNMATCHED_ROUTE};
+pub use process::{ProcessCollector, ProcessStats};
+
+/// The gateway's metrics and the sources of its decision log, shared across reloads.
+pub struct Observer {
+    metrics: Metrics,
+    clock: Arc<dyn Clock>,
+    random: Arc<dyn RandomSource>,
+    store_failing: AtomicBool,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").field("random", &self.random).finish_non_exhaustive()
+    }
+}
+
+impl Default for Observer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Observer {
+    /// Metrics in a new registry; the decision log's cap reads the system clock and sampling
+    /// draws from the thread-local generator.
+    pub fn new() -> Self {
+        Self::with_sources(Arc::new(SystemClock::new()), Arc::new(ThreadRandom))
+    }
+
+    /// Like [`Observer::new`], with the decision log's clock and random draws given (tests).
+    pub fn with_sources(clock: Arc<dyn Clock>, random: Arc<dyn RandomSource>) -> Self {
+        Self { metrics: Metrics::new(), clock, random, store_failing: AtomicBool::new(false) }
+    }
+
+    /// The metric families.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// A decision log policy for `config`, counting its drops in this observer's metrics.
+    pub fn decision_log(&self, config: &sluice_config::DecisionLog) -> DecisionLog {
+        DecisionLog::new(config, Arc::clone(&self.clock), Arc::clone(&self.random), self.metrics.log_dropped.clone())
+    }
+
+    /// Counts and logs a configuration reload: applied, or refused (the running one kept).
+    pub fn reloaded(&self, result: &Result<(), String>) {
+        self.metrics.reload(result.is_ok());
+        match result {
+            Ok(()) => tracing::info!(target: events::TARGET, event = "reload", result = "ok", "configuration reloaded"),
+            Err(e) => tracing::warn!(
+                target: events::TARGET,
+                event = "reload",
+                result = "refused",
+                error = %e,
+                "configuration reload refused; the running configuration keeps serving"
+            ),
+        }
+    }
+
+    /// A store answered: logs recovery once after failures.
+    pub(crate) fn store_ok(&self) {
+        if self.store_failing.load(Ordering::Relaxed) && self.store_failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(target: events::TARGET, event = "store_recovered", "the store decides again");
+        }
+    }
+
+    /// A store failed: logs the first failure of a run of them (decision lines, capped, carry
+    /// the rest).
+    pub(crate) fn store_failed(&self, store: &'static str, e: &StoreError) {
+        if !self.store_failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: events::TARGET,
+                event = "store_failure",
+                store,
+                kind = error_kind(e),
+                error = %e,
+                "the store cannot decide"
+            );
+        }
+    }
+}
