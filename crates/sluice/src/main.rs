@@ -27,7 +27,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(matches!(&cli.command, Command::Serve(args) if args.config.is_some()));
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -37,11 +37,23 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` filters them (default `info`).
-fn init_logging() {
+/// The gateway (`serve --config`) logs JSON lines to stdout: decision lines and service events
+/// (start, reload, store failure, stop), which `RUST_LOG` cannot silence below `info`
+/// (`[decision_log]` governs decision lines). Everything else logs text to stderr. `RUST_LOG`
+/// filters (default `info`).
+fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    if json {
+        let filter = [sluice_http::observe::EVENT_TARGET, sluice_http::observe::DECISION_TARGET]
+            .iter()
+            .filter_map(|target| format!("{target}=info").parse().ok())
+            .fold(filter, |f, directive| f.add_directive(directive));
+        let subscriber = sluice_http::observe::json_lines(std::io::stdout, filter);
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    } else {
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    }
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

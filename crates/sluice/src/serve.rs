@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use sluice_core::{Policy, SystemClock};
 use sluice_http::gateway::Gateway;
+use sluice_http::observe::{self, admin::serve_admin};
 use sluice_http::seed::{SeedConfig, SeedService};
 use sluice_http::serve::{serve, termination};
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
@@ -76,24 +77,50 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway::new(config, factory).map_err(|e| anyhow!("{e}"))?);
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
-    println!("sluice gateway listening on http://{addr} (config {})", path.display());
+    // The admin listener (metrics, health, config) is apart from client traffic; it stops
+    // once client requests are drained.
+    let admin = match gateway.config().config.admin.as_ref().map(|a| a.listen) {
+        Some(at) => {
+            let l = TcpListener::bind(at).await.with_context(|| format!("cannot listen on {at} (admin)"))?;
+            let admin_addr = l.local_addr()?;
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(serve_admin(l, gateway.clone(), async move {
+                let _ = stopped.await;
+            }));
+            Some((admin_addr, stop, task))
+        }
+        None => None,
+    };
+    observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
     tokio::spawn(reload_on_hangup(gateway.clone(), path));
     serve(listener, gateway, termination(), drain).await?;
-    println!("sluice stopped");
+    if let Some((_, stop, task)) = admin {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
+    observe::stopped();
     Ok(())
 }
 
-/// SIGHUP reloads the configuration; a bad file is refused and the old one keeps serving.
+/// SIGHUP reloads the configuration; a bad file is refused and the old one keeps serving. Each
+/// reload is counted (`sluice_config_reloads_total`) and logged as an event; a refusal is also
+/// told on stderr.
 async fn reload_on_hangup(gateway: Arc<Gateway>, path: PathBuf) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
         while hup.recv().await.is_some() {
-            let result = sluice_config::load(&path).map_err(|e| e.to_string()).and_then(|c| gateway.reload(c));
-            match result {
-                Ok(()) => println!("sluice reloaded {}", path.display()),
-                Err(e) => eprintln!("sluice reload refused, keeping the running configuration: {e}"),
+            let result = match sluice_config::load(&path) {
+                Ok(config) => gateway.reload(config),
+                Err(e) => {
+                    let refused = Err(e.to_string());
+                    gateway.observer().reloaded(&refused);
+                    refused
+                }
+            };
+            if let Err(e) = result {
+                eprintln!("sluice reload refused, keeping the running configuration: {e}");
             }
         }
     }
