@@ -83,6 +83,27 @@ impl SeedConfig {
                     expected: "a positive number of tokens per second, like 1 or 0.5",
                 })?;
         }
+        // Values that parse can still describe a bucket that cannot exist (its refill time
+        // overflows 64-bit nanoseconds): name the variable at fault, not the core's field.
+        if let Err(e) = cfg.policy() {
+            let capacity_at_fault = match e {
+                ParamError::Zero { field } | ParamError::TooLarge { field } | ParamError::BadRate { field, .. } => {
+                    field == "capacity"
+                }
+                ParamError::DelayTooLarge { .. } => false,
+            };
+            let (name, value) = if capacity_at_fault {
+                ("RATE_LIMIT_CAPACITY", get("RATE_LIMIT_CAPACITY").unwrap_or_else(|| cfg.capacity.to_string()))
+            } else {
+                let v = get("RATE_LIMIT_REFILL_PER_SECOND").unwrap_or_else(|| cfg.refill_per_second.to_string());
+                ("RATE_LIMIT_REFILL_PER_SECOND", v)
+            };
+            return Err(EnvError {
+                name,
+                value,
+                expected: "small enough that an empty bucket refills (capacity / rate) within about 584 years",
+            });
+        }
         Ok(cfg)
     }
 
@@ -194,6 +215,8 @@ mod tests {
             (&[("RATE_LIMIT_REFILL_PER_SECOND", "inf")][..], "RATE_LIMIT_REFILL_PER_SECOND"),
             (&[("PORT", "70000")][..], "PORT"),
             (&[("PORT", "http")][..], "PORT"),
+            (&[("RATE_LIMIT_REFILL_PER_SECOND", "1e-300")][..], "RATE_LIMIT_REFILL_PER_SECOND"),
+            (&[("RATE_LIMIT_CAPACITY", "18446744073709551615")][..], "RATE_LIMIT_CAPACITY"),
         ] {
             let pairs: &'static [(&str, &str)] = Box::leak(pairs.to_vec().into_boxed_slice());
             let e = SeedConfig::from_lookup(env(pairs)).unwrap_err();

@@ -306,6 +306,9 @@ fn malformed_environment_values_stop_start_up_naming_variable_and_value() {
         ("RATE_LIMIT_REFILL_PER_SECOND", "fast"),
         ("PORT", "x"),
         ("PORT", "65536"),
+        // Numbers that parse but make a bucket whose refill time overflows.
+        ("RATE_LIMIT_REFILL_PER_SECOND", "1e-300"),
+        ("RATE_LIMIT_CAPACITY", "18446744073709551615"),
     ] {
         let out = Command::new(BIN)
             .arg("serve")
