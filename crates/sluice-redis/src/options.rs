@@ -151,3 +151,37 @@ impl RedisOptions {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_error_round_trips_its_configuration_spelling() {
+        for mode in [OnError::FailOpen, OnError::FailClosed, OnError::Local] {
+            assert_eq!(mode.as_str().parse::<OnError>(), Ok(mode));
+        }
+        assert_eq!("fail_open".parse::<OnError>(), Err(RedisStoreError::BadOnError("fail_open".into())));
+    }
+
+    #[test]
+    fn validation_names_what_is_wrong() {
+        let ok = RedisOptions::single("redis://127.0.0.1:6379");
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(RedisOptions { urls: vec![], ..ok.clone() }.validate(), Err(RedisStoreError::NoUrl));
+        let two = vec!["redis://a".to_string(), "redis://b".to_string()];
+        assert_eq!(RedisOptions { urls: two.clone(), ..ok.clone() }.validate(), Err(RedisStoreError::SeveralUrls(2)));
+        assert_eq!(RedisOptions::cluster(two).validate(), Ok(()));
+        assert_eq!(
+            RedisOptions { timeout: Duration::ZERO, ..ok.clone() }.validate(),
+            Err(RedisStoreError::ZeroTimeout)
+        );
+        let no_breaker = BreakerOptions { failures_to_open: 0, ..BreakerOptions::default() };
+        assert_eq!(
+            RedisOptions { breaker: no_breaker, ..ok.clone() }.validate(),
+            Err(RedisStoreError::ZeroBreakerFailures)
+        );
+        let braces = RedisOptions { key_prefix: "a{b}".into(), ..ok };
+        assert!(matches!(braces.validate(), Err(RedisStoreError::BadName { field: "key_prefix", .. })));
+    }
+}

@@ -34,9 +34,13 @@ pub(crate) struct ScriptPolicy {
 impl ScriptPolicy {
     /// The stored key of `key` under this policy.
     pub fn key(&self, key: &KeyHash) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut k = String::with_capacity(self.key_head.len() + 33);
         k.push_str(&self.key_head);
-        k.push_str(&key.to_hex());
+        for b in key.0 {
+            k.push(char::from(HEX[usize::from(b >> 4)]));
+            k.push(char::from(HEX[usize::from(b & 15)]));
+        }
         k.push('}');
         k
     }
@@ -122,6 +126,9 @@ mod tests {
         assert_eq!(parts[1], "per-ip");
         assert_eq!(parts[2].len(), 8);
         assert_eq!(parts[3], format!("{{{}}}", "ab".repeat(16)));
+        let mixed =
+            KeyHash([0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10]);
+        assert!(p.key(&mixed).ends_with(&format!("{{{}}}", mixed.to_hex())));
         assert_eq!(p.args, ["1", "10", "1000000", "0"].map(String::from));
     }
 

@@ -4,8 +4,10 @@ use std::sync::OnceLock;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use sluice_core::Decision;
+use sluice_store::Check;
 
 use crate::connection::Conn;
+use crate::plan::ScriptPolicy;
 use crate::stats::{Counters, bump};
 
 /// The Lua source of the decision script (`scripts/decide.lua`).
@@ -20,26 +22,33 @@ pub fn script_sha() -> &'static str {
     SHA.get_or_init(|| redis::Script::new(SCRIPT_SOURCE).get_hash().to_string())
 }
 
-/// One script call: the stored keys, `ARGV[1..2]`, and five arguments per check.
-#[derive(Debug, Clone)]
-pub(crate) struct Call {
+/// One script call: some of a request's checks (those of one slot), and the time argument.
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    pub plans: &'a [ScriptPolicy],
+    pub checks: &'a [Check],
+    /// Which of `checks` this call decides.
+    pub indices: Vec<usize>,
+    /// Their stored keys, in the same order.
     pub keys: Vec<String>,
-    /// Microseconds since the epoch, or empty for the server's clock.
-    pub now: String,
+    /// Microseconds since the epoch, or `None` for the server's clock.
+    pub now: Option<u64>,
     /// Milliseconds added to every expiry.
     pub grace_ms: u64,
-    /// Per check: algorithm, a, b, c, cost.
-    pub args: Vec<[String; 5]>,
-    /// Per check: the limit, reported in its decision.
-    pub limits: Vec<u64>,
 }
 
-impl Call {
+impl Call<'_> {
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = redis::cmd(name);
-        cmd.arg(script).arg(self.keys.len()).arg(&self.keys).arg(&self.now).arg(self.grace_ms);
-        for a in &self.args {
-            cmd.arg(&a[..]);
+        cmd.arg(script).arg(self.keys.len()).arg(&self.keys);
+        match self.now {
+            Some(us) => cmd.arg(us),
+            None => cmd.arg(""),
+        };
+        cmd.arg(self.grace_ms);
+        for &i in &self.indices {
+            let c = &self.checks[i];
+            cmd.arg(&self.plans[c.policy].args[..]).arg(c.cost);
         }
         cmd
     }
@@ -64,16 +73,17 @@ impl Call {
         let Value::Array(items) = reply else {
             return Err(bad("not an array"));
         };
-        if items.len() != 1 + PER_CHECK * self.limits.len() {
-            return Err(bad(&format!("{} values for {} checks", items.len(), self.limits.len())));
+        if items.len() != 1 + PER_CHECK * self.indices.len() {
+            return Err(bad(&format!("{} values for {} checks", items.len(), self.indices.len())));
         }
         let num = |v: &Value| match v {
             Value::Int(n) if *n >= 0 => Ok(*n as u64),
             _ => Err(bad("a value is not a non-negative integer")),
         };
         let us = |v: &Value| num(v).map(|n| n.saturating_mul(1000));
-        let mut out = Vec::with_capacity(self.limits.len());
-        for (chunk, &limit) in items[1..].chunks_exact(PER_CHECK).zip(&self.limits) {
+        let mut out = Vec::with_capacity(self.indices.len());
+        for (chunk, &i) in items[1..].chunks_exact(PER_CHECK).zip(&self.indices) {
+            let limit = self.plans[self.checks[i].policy].limit;
             out.push(Decision {
                 allowed: num(&chunk[0])? == 1,
                 limit,

@@ -310,18 +310,47 @@ impl RedisStore {
 
     /// One script call per slot group (one in all on a single node), concurrently.
     async fn call(&self, checks: &[Check], at: Option<Nanos>) -> Result<Verdict, Failure> {
-        let conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
-        let groups = self.groups(checks, at);
-        let calls = groups.iter().map(|(_, call)| {
-            let mut conn = conn.clone();
-            let counters = &self.counters;
-            async move { call.run(&mut conn, counters).await }
-        });
-        let results = join_all(calls.collect()).await;
+        let mut conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
+        let (now, grace_ms) = match at {
+            Some(t) => (Some(t / 1000), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0)),
+            None => (None, 0),
+        };
+        let keys: Vec<String> = checks.iter().map(|c| self.plans[c.policy].key(&c.key)).collect();
+        let call =
+            |indices: Vec<usize>, keys: Vec<String>| Call { plans: &self.plans, checks, indices, keys, now, grace_ms };
+        if !self.options.cluster {
+            let decisions = call((0..checks.len()).collect(), keys)
+                .run(&mut conn, &self.counters)
+                .await
+                .map_err(|e| self.failure(e))?;
+            return Ok(Verdict { allowed: decisions.iter().all(|d| d.allowed), decisions });
+        }
+        let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            by_slot.entry(key_slot(k.as_bytes())).or_default().push(i);
+        }
+        let calls: Vec<Call<'_>> = by_slot
+            .into_values()
+            .map(|indices| {
+                let group_keys = indices.iter().map(|&i| keys[i].clone()).collect();
+                call(indices, group_keys)
+            })
+            .collect();
+        let results = join_all(
+            calls
+                .iter()
+                .map(|call| {
+                    let mut conn = conn.clone();
+                    let counters = &self.counters;
+                    async move { call.run(&mut conn, counters).await }
+                })
+                .collect(),
+        )
+        .await;
         let mut decisions = vec![None; checks.len()];
-        for ((indices, _), result) in groups.iter().zip(results) {
+        for (call, result) in calls.iter().zip(results) {
             let group = result.map_err(|e| self.failure(e))?;
-            for (&i, d) in indices.iter().zip(group) {
+            for (&i, d) in call.indices.iter().zip(group) {
                 decisions[i] = Some(d);
             }
         }
@@ -338,42 +367,6 @@ impl RedisStore {
         }
         if e.is_timeout() { Failure::Timeout } else { Failure::Error(format!("redis: {e}")) }
     }
-
-    /// The checks grouped by Cluster slot (a single group on a single node), each with its call.
-    fn groups(&self, checks: &[Check], at: Option<Nanos>) -> Vec<(Vec<usize>, Call)> {
-        let (now, grace_ms) = match at {
-            Some(t) => {
-                ((t / 1000).to_string(), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0))
-            }
-            None => (String::new(), 0),
-        };
-        let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        let keys: Vec<String> = checks.iter().map(|c| self.plans[c.policy].key(&c.key)).collect();
-        for (i, k) in keys.iter().enumerate() {
-            let slot = if self.options.cluster { key_slot(k.as_bytes()) } else { 0 };
-            by_slot.entry(slot).or_default().push(i);
-        }
-        by_slot
-            .into_values()
-            .map(|indices| {
-                let call = Call {
-                    keys: indices.iter().map(|&i| keys[i].clone()).collect(),
-                    now: now.clone(),
-                    grace_ms,
-                    args: indices
-                        .iter()
-                        .map(|&i| {
-                            let c = &checks[i];
-                            let [a, b, x, y] = self.plans[c.policy].args.clone();
-                            [a, b, x, y, c.cost.to_string()]
-                        })
-                        .collect(),
-                    limits: indices.iter().map(|&i| self.plans[checks[i].policy].limit).collect(),
-                };
-                (indices, call)
-            })
-            .collect()
-    }
 }
 
 impl Store for RedisStore {
@@ -387,5 +380,40 @@ impl Store for RedisStore {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{FixedWindow, NANOS_PER_SEC, Policy};
+    use sluice_store::KeyHash;
+
+    fn named(name: &str) -> NamedPolicy {
+        NamedPolicy { name: name.into(), policy: Policy::from(FixedWindow::new(2, NANOS_PER_SEC).unwrap()) }
+    }
+
+    #[test]
+    fn construction_rejects_what_would_collide_or_cannot_connect() {
+        let o = RedisOptions::single("redis://127.0.0.1:1");
+        let dup = RedisStore::new(vec![named("a"), named("a")], o.clone());
+        assert_eq!(dup.err(), Some(RedisStoreError::DuplicatePolicy("a".into())));
+        let bad = RedisStore::new(vec![named("a")], RedisOptions::single("http://example"));
+        assert!(matches!(bad.err(), Some(RedisStoreError::BadUrl { .. })));
+        assert!(RedisStore::new(vec![named("a")], o).is_ok(), "nothing connects at construction");
+    }
+
+    #[tokio::test]
+    async fn bad_requests_are_errors_before_any_call() {
+        let s = RedisStore::new(vec![named("a")], RedisOptions::single("redis://127.0.0.1:1")).unwrap();
+        let k = KeyHash([3; 16]);
+        let unknown = s.decide(&[Check { policy: 4, key: k, cost: 1 }], None).await;
+        assert_eq!(unknown, Err(StoreError::UnknownPolicy { index: 0, policy: 4 }));
+        let costly = s.decide(&[Check { policy: 0, key: k, cost: 3 }], None).await;
+        assert_eq!(costly, Err(StoreError::Cost { index: 0, source: CostError { cost: 3, capacity: 2 } }));
+        let sub_micro = s.decide(&[Check { policy: 0, key: k, cost: 1 }], Some(1_500)).await;
+        assert!(matches!(sub_micro, Err(StoreError::Unavailable(m)) if m.contains("microseconds")));
+        assert_eq!(s.stats().redis_calls, 0);
+        assert_eq!(s.stats().connects, 0);
     }
 }

@@ -1,0 +1,145 @@
+//! Redis decisions per second and latency, sluice against `redis-benchmark` running the same
+//! script with `EVALSHA` at the same concurrency, in the same run, on the same server.
+//!
+//! `cargo bench -p sluice-redis --bench redis_throughput` (needs redis-server and
+//! redis-benchmark: apt-get install redis-server). `SLUICE_BENCH_SECS` sets each run's length
+//! (default 3 s); `SLUICE_BENCH_CONCURRENCY` a comma-separated list (default 1,8,32).
+//!
+//! Both sides decide one token-bucket check (capacity 100, 100 per second) on keys drawn from
+//! 100,000, so nearly every decision is an admission that writes its key. sluice runs N tasks
+//! on one store (one multiplexed connection, as a gateway has); redis-benchmark runs N
+//! connections.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_core::{Policy, TokenBucket};
+use sluice_redis::{OnError, RedisOptions, RedisStore, Source, script_sha};
+use sluice_store::{Check, KeyHash, NamedPolicy};
+use support::RedisServer;
+
+const KEYSPACE: u64 = 100_000;
+
+struct Figures {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+fn key(n: u64) -> KeyHash {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&n.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes());
+    KeyHash(k)
+}
+
+async fn sluice_run(store: Arc<RedisStore>, concurrency: usize, length: Duration) -> Figures {
+    let began = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut n = t as u64 * 7_777;
+                while began.elapsed() < length {
+                    n = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    let check = [Check { policy: 0, key: key((n >> 33) % KEYSPACE), cost: 1 }];
+                    let start = Instant::now();
+                    let outcome = store.decide_detailed(&check, None).await.expect("fail-closed: Redis decided");
+                    latencies.push(start.elapsed());
+                    assert_eq!(outcome.source, Source::Redis);
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("a bench task"));
+    }
+    let secs = began.elapsed().as_secs_f64();
+    all.sort_unstable();
+    Figures { rps: all.len() as f64 / secs, p50_ms: percentile(&all, 0.5), p99_ms: percentile(&all, 0.99) }
+}
+
+/// redis-benchmark with the same script and arguments as the store sends.
+fn redis_benchmark(server: &RedisServer, concurrency: usize, requests: u64) -> Figures {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
+        .args(["-c", &concurrency.to_string(), "-n", &requests.to_string(), "-r", &KEYSPACE.to_string(), "--csv"])
+        .args([
+            "EVALSHA",
+            script_sha(),
+            "1",
+            "sluice:tb:00000000:{__rand_int__}",
+            "",
+            "0",
+            "4",
+            "100",
+            "10000",
+            "-1",
+            "1",
+        ])
+        .output()
+        .expect("redis-benchmark runs (apt-get install redis-server)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+    let row = text.lines().last().unwrap_or_default();
+    let cols: Vec<f64> = row.split(',').skip(1).map(|c| c.trim_matches('"').parse().unwrap_or(f64::NAN)).collect();
+    assert!(cols.len() >= 6, "unexpected redis-benchmark output: {text}");
+    Figures { rps: cols[0], p50_ms: cols[3], p99_ms: cols[5] }
+}
+
+fn main() {
+    let secs: u64 = std::env::var("SLUICE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let levels: Vec<usize> = std::env::var("SLUICE_BENCH_CONCURRENCY")
+        .ok()
+        .map(|s| s.split(',').filter_map(|c| c.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 8, 32]);
+    let length = Duration::from_secs(secs);
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+
+    let policy = NamedPolicy { name: "tb".into(), policy: Policy::from(TokenBucket::new(100, 100.0).unwrap()) };
+    let mut options = RedisOptions::single(server.url());
+    options.on_error = OnError::FailClosed;
+    options.timeout = Duration::from_secs(5);
+    options.deny_cache_entries = 0;
+    let store = Arc::new(RedisStore::new(vec![policy], options).expect("valid store"));
+    assert_eq!(server.cli(&["SCRIPT", "LOAD", sluice_redis::SCRIPT_SOURCE]), script_sha());
+
+    println!("Redis decisions: one token-bucket check per request, {KEYSPACE} keys, {secs} s per run");
+    println!(
+        "{:>11} | {:>12} {:>8} {:>8} | {:>15} {:>8} {:>8} | {:>6}",
+        "concurrency", "sluice req/s", "p50 ms", "p99 ms", "redis-bench r/s", "p50 ms", "p99 ms", "ratio"
+    );
+    for &c in &levels {
+        // Warm the connection and the script, then measure.
+        runtime.block_on(sluice_run(Arc::clone(&store), c, Duration::from_millis(200)));
+        let ours = runtime.block_on(sluice_run(Arc::clone(&store), c, length));
+        let requests = ((ours.rps * secs as f64) as u64).max(10_000);
+        let theirs = redis_benchmark(&server, c, requests);
+        println!(
+            "{:>11} | {:>12.0} {:>8.3} {:>8.3} | {:>15.0} {:>8.3} {:>8.3} | {:>5.2}x",
+            c,
+            ours.rps,
+            ours.p50_ms,
+            ours.p99_ms,
+            theirs.rps,
+            theirs.p50_ms,
+            theirs.p99_ms,
+            ours.rps / theirs.rps
+        );
+    }
+}
