@@ -161,3 +161,50 @@ async fn two_api_keys_behind_one_nat_address_do_not_share_a_limit() {
     assert_eq!(empty, 429);
     assert_eq!(search(Some("key-c")).await, 200);
 }
+
+fn per_user(trusted: &str) -> String {
+    format!(
+        r#"
+[server]
+trusted_proxies = [{trusted}]
+user_header = "X-User-Id"
+
+[[policy]]
+name = "per-user"
+algorithm = "token-bucket"
+capacity = 2
+refill_per_second = 0.001
+
+[[route]]
+path = "/api/*"
+limits = [{{ policy = "per-user", key = "user|ip" }}]
+"#
+    )
+}
+
+#[tokio::test]
+async fn the_user_header_is_believed_only_from_a_trusted_proxy() {
+    // Behind a trusted proxy, each authenticated user has a limit of their own.
+    let (gw, _clock) = start(&per_user("\"127.0.0.1/32\"")).await;
+    let c = Client::new(gw.addr);
+    let as_user = |user: &'static str| [("x-forwarded-for", "198.51.100.1"), ("x-user-id", user)];
+    let alice = [
+        c.get("/api/x", &as_user("alice")).await.status,
+        c.get("/api/x", &as_user("alice")).await.status,
+        c.get("/api/x", &as_user("alice")).await.status,
+    ];
+    assert_eq!(alice, [200, 200, 429]);
+    assert_eq!(c.get("/api/x", &as_user("bob")).await.status, 200);
+    // No user: the client address is the key.
+    assert_eq!(c.get("/api/x", &[("x-forwarded-for", "198.51.100.1")]).await.status, 200);
+
+    // From an untrusted peer the header is ignored: a client cannot mint identities.
+    let (gw, _clock) = start(&per_user("")).await;
+    let c = Client::new(gw.addr);
+    let statuses = [
+        c.get("/api/x", &[("x-user-id", "alice")]).await.status,
+        c.get("/api/x", &[("x-user-id", "bob")]).await.status,
+        c.get("/api/x", &[("x-user-id", "carol")]).await.status,
+    ];
+    assert_eq!(statuses, [200, 200, 429]);
+}
