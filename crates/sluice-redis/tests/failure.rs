@@ -72,6 +72,7 @@ async fn outage(mode: OnError, fault: Fault) {
         Fault::Kill => server.kill(),
         Fault::Pause => server.pause(),
     }
+    let fault_at = Instant::now();
 
     // The load and these decisions fail until the breaker opens.
     let me = KeyHasher::from_secret(b"foreground").hash(&[b"client"]);
@@ -81,6 +82,7 @@ async fn outage(mode: OnError, fault: Fault) {
         assert!(Instant::now() < deadline, "{mode}/{fault:?}: the breaker did not open");
         let _ = s.decide_detailed(&one, None).await;
     }
+    let time_to_open = fault_at.elapsed();
     let opened = s.stats();
     match fault {
         Fault::Kill => assert!(opened.redis_errors >= 3, "{mode}: refused connections counted: {opened:?}"),
@@ -118,6 +120,7 @@ async fn outage(mode: OnError, fault: Fault) {
     assert_eq!(open.breaker, BreakerState::Open);
     assert!(open.breaker_rejections >= 100);
     assert!(slowest < TIMEOUT, "{mode}/{fault:?}: a decision waited {slowest:?} with the breaker open");
+    let back_at = Instant::now();
 
     match fault {
         Fault::Kill => tokio::task::block_in_place(|| server.restart()),
@@ -136,6 +139,12 @@ async fn outage(mode: OnError, fault: Fault) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(s.breaker_state(), BreakerState::Closed);
+    // Figures for the record (cargo test -- --nocapture).
+    eprintln!(
+        "{mode}/{fault:?}: breaker open {time_to_open:?} after the fault; slowest of 100 decisions while open \
+         {slowest:?} (timeout {TIMEOUT:?}); closed {:?} after Redis was back",
+        back_at.elapsed()
+    );
     let after = s.stats();
     assert!(after.redis_calls > calls);
     assert!(after.breaker_opened >= 1);
