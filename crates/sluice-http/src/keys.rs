@@ -39,8 +39,10 @@ pub struct RequestFacts<'a> {
 /// use sluice_store::KeyHasher;
 /// let spec = KeySpec { parts: vec![vec![KeySource::Header("x-api-key".into()), KeySource::Ip]] };
 /// let mut headers = http::HeaderMap::new();
-/// let facts = |h| RequestFacts { method: "GET", path: "/", route: "/", client: "192.0.2.1".parse().unwrap(),
-///     peer_trusted: false, headers: h, user_header: None, json: None };
+/// fn facts(h: &http::HeaderMap) -> RequestFacts<'_> {
+///     RequestFacts { method: "GET", path: "/", route: "/", client: "192.0.2.1".parse().unwrap(),
+///         peer_trusted: false, headers: h, user_header: None, json: None }
+/// }
 /// let hasher = KeyHasher::from_secret(b"0123456789abcdef");
 /// let by_ip = key_for(&hasher, "p", &spec, &facts(&headers)).0;
 /// headers.insert("x-api-key", "k1".parse().unwrap());
