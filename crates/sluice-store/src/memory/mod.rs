@@ -3,6 +3,7 @@
 mod request;
 mod shard;
 mod slot;
+mod storage;
 mod table;
 
 use std::fmt;

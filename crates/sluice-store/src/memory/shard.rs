@@ -1,24 +1,23 @@
-//! One shard of a policy's table: a dense vector of slots and a hash index into it.
+//! One shard of a policy's table: its slots (see [`super::storage`]), its bound and eviction.
 //!
-//! Layout: `slots` holds the entries back to back; `index` is a `hashbrown::HashTable<u32>` of
-//! positions into `slots`, hashed by the key's own bits (the key is already a keyed hash, so no
-//! hasher runs). A table of 4-byte positions costs 5 bytes per bucket with its control byte,
-//! which keeps hashbrown's power-of-two bucket counts cheap; removal swaps the last slot into the
-//! hole and fixes its position.
+//! A shard holds at most `cap` keys. When a new key needs room, [`ShardOps::make_room`] first
+//! drops entries that are fresh (a fresh entry decides every request exactly as an absent key,
+//! so dropping it changes no decision), examining at most [`FRESH_SCAN`] entries per step from a
+//! cursor that sweeps the shard, so every entry is looked at in turn and no request pays for a
+//! full scan; if none of them is fresh, it evicts the least recently used of [`LRU_SAMPLE`]
+//! sampled entries ([`WhenFull::EvictLru`]) or refuses ([`WhenFull::Refuse`]).
 //!
-//! Bound: a shard holds at most `cap` keys. When a new key needs room, [`Shard::make_room`]
-//! first drops entries that are fresh (a fresh entry decides every request exactly as an absent
-//! key, so dropping it changes no decision), examining at most [`FRESH_SCAN`] entries per step
-//! from a cursor that sweeps the shard; if none is fresh, it evicts the least recently used of
-//! [`LRU_SAMPLE`] sampled entries ([`WhenFull::EvictLru`]) or refuses ([`WhenFull::Refuse`]).
+//! "Last used" is a 4-byte stamp per entry from a shard-local counter that ticks on every use,
+//! so recency is exact within a shard and costs no clock read; ages are compared with wrapping
+//! arithmetic.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use hashbrown::HashTable;
 use sluice_core::{CostError, Decision, Nanos, State};
 
 use super::slot::{Slot, Stored};
+use super::storage::Storage;
 use super::table::Counters;
 use super::{MemoryOptions, WhenFull};
 use crate::key::KeyHash;
@@ -76,11 +75,10 @@ pub(crate) trait ShardOps: Send {
 /// One shard for algorithm `A`.
 pub(crate) struct Shard<A: Stored> {
     alg: A,
-    index: HashTable<u32>,
-    slots: Vec<A::Slot>,
+    slots: A::Storage,
     cap: usize,
     when_full: WhenFull,
-    /// Next slot the freshness sweep examines.
+    /// Next position the freshness sweep examines.
     cursor: usize,
     /// Logical clock for last-used stamps: one tick per use.
     tick: u32,
@@ -89,19 +87,11 @@ pub(crate) struct Shard<A: Stored> {
     counters: Arc<Counters>,
 }
 
-/// The index hash of a key: its first 64 bits (shards are picked by the last 64).
-fn hash(key: &[u8; 16]) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&key[..8]);
-    u64::from_le_bytes(b)
-}
-
 impl<A: Stored> Shard<A> {
     pub(crate) fn new(alg: A, cap: usize, options: &MemoryOptions, seed: u64, counters: Arc<Counters>) -> Self {
         Self {
             alg,
-            index: HashTable::new(),
-            slots: Vec::new(),
+            slots: A::Storage::default(),
             cap,
             when_full: options.when_full,
             cursor: 0,
@@ -111,62 +101,48 @@ impl<A: Stored> Shard<A> {
         }
     }
 
-    fn position(&self, key: &[u8; 16]) -> Option<usize> {
-        let slots = &self.slots;
-        self.index.find(hash(key), |&i| slots[i as usize].key() == key).map(|&i| i as usize)
-    }
-
-    fn touch(&mut self, pos: usize) {
+    fn next_tick(&mut self) -> u32 {
         self.tick = self.tick.wrapping_add(1);
-        self.slots[pos].set_stamp(self.tick);
+        self.tick
     }
 
-    /// Appends a new key; the caller made room.
-    fn insert(&mut self, key: [u8; 16], state: A::State) {
-        let pos = self.slots.len();
-        if pos == self.slots.capacity() {
-            // Double, but never past the bound: a full shard holds no spare capacity.
-            let grow = pos.max(4).min(self.cap.saturating_sub(pos)).max(1);
-            self.slots.reserve_exact(grow);
-        }
-        self.tick = self.tick.wrapping_add(1);
-        self.slots.push(A::Slot::new(key, self.tick, state));
-        let slots = &self.slots;
-        self.index.insert_unique(hash(&key), pos as u32, |&i| hash(slots[i as usize].key()));
+    /// The slot of `key`, marked used.
+    fn used(&mut self, key: &KeyHash) -> Option<&mut A::Slot> {
+        let pos = self.slots.find(&key.0)?;
+        let tick = self.next_tick();
+        let slot = self.slots.get_mut(pos)?;
+        slot.set_stamp(tick);
+        Some(slot)
     }
 
-    /// Removes the slot at `pos`; the last slot moves into its place.
-    fn remove(&mut self, pos: usize) {
-        let key = *self.slots[pos].key();
-        if let Ok(entry) = self.index.find_entry(hash(&key), |&i| i as usize == pos) {
-            entry.remove();
-        }
-        let last = self.slots.len() - 1;
-        if pos != last {
-            let moved = *self.slots[last].key();
-            if let Some(i) = self.index.find_mut(hash(&moved), |&i| i as usize == last) {
-                *i = pos as u32;
-            }
-        }
-        self.slots.swap_remove(pos);
+    fn insert(&mut self, key: &KeyHash, state: A::State) {
+        let tick = self.next_tick();
+        self.slots.insert(A::Slot::new(key.0, tick, state), self.cap);
     }
 
     /// Drops fresh entries among the next [`FRESH_SCAN`] the sweep reaches. True if any was dropped.
     fn drop_fresh(&mut self, now: Nanos, keep: &[KeyHash]) -> bool {
         let alg = self.alg;
-        let budget = FRESH_SCAN.min(self.slots.len());
+        let positions = self.slots.positions();
+        let mut examined = 0;
+        let mut probes = 0;
         let mut dropped = 0;
-        for _ in 0..budget {
-            if self.slots.is_empty() {
-                break;
-            }
-            if self.cursor >= self.slots.len() {
+        // Probes bound the walk over empty positions; a dropped entry's position is examined again.
+        while examined < FRESH_SCAN && probes < positions + FRESH_SCAN && self.slots.len() > 0 {
+            probes += 1;
+            if self.cursor >= self.slots.positions() {
                 self.cursor = 0;
             }
-            let slot = &self.slots[self.cursor];
-            if slot.read(|s| alg.is_fresh(s, now)) && !keep.iter().any(|k| &k.0 == slot.key()) {
-                // The last slot moves here: the cursor stays to examine it next.
-                self.remove(self.cursor);
+            let pos = self.cursor;
+            let drop = match self.slots.get(pos) {
+                None => false,
+                Some(slot) => {
+                    examined += 1;
+                    slot.read(|s| alg.is_fresh(s, now)) && !keep.iter().any(|k| &k.0 == slot.key())
+                }
+            };
+            if drop {
+                self.slots.remove(pos);
                 dropped += 1;
             } else {
                 self.cursor += 1;
@@ -189,31 +165,39 @@ impl<A: Stored> Shard<A> {
     /// Evicts the least recently used of up to [`LRU_SAMPLE`] sampled entries (all of them in a
     /// small shard). False when every candidate is kept.
     fn evict_lru(&mut self, keep: &[KeyHash]) -> bool {
-        let len = self.slots.len();
+        let positions = self.slots.positions();
         let mut oldest: Option<(u32, usize)> = None;
-        let mut consider = |this: &Self, pos: usize| {
-            let slot = &this.slots[pos];
-            if keep.iter().any(|k| &k.0 == slot.key()) {
-                return;
+        let consider = |this: &Self, pos: usize, oldest: &mut Option<(u32, usize)>| -> bool {
+            let Some(slot) = this.slots.get(pos) else { return false };
+            if !keep.iter().any(|k| &k.0 == slot.key()) {
+                let age = this.tick.wrapping_sub(slot.stamp());
+                if oldest.is_none_or(|(a, _)| age > a) {
+                    *oldest = Some((age, pos));
+                }
             }
-            let age = this.tick.wrapping_sub(slot.stamp());
-            if oldest.is_none_or(|(a, _)| age > a) {
-                oldest = Some((age, pos));
-            }
+            true
         };
-        if len <= LRU_SAMPLE {
-            for pos in 0..len {
-                consider(self, pos);
+        if self.slots.len() <= LRU_SAMPLE {
+            for pos in 0..positions {
+                consider(self, pos, &mut oldest);
             }
         } else {
-            for _ in 0..LRU_SAMPLE {
-                let pos = (self.next_random() % len as u64) as usize;
-                consider(self, pos);
+            // Random positions until enough hold an entry (a table is at least 7/16 full after
+            // it grew; the probe bound only guards against a table emptied by drops).
+            let mut sampled = 0;
+            for _ in 0..8 * LRU_SAMPLE {
+                let pos = (self.next_random() % positions as u64) as usize;
+                if consider(self, pos, &mut oldest) {
+                    sampled += 1;
+                    if sampled == LRU_SAMPLE {
+                        break;
+                    }
+                }
             }
         }
         match oldest {
             Some((_, pos)) => {
-                self.remove(pos);
+                self.slots.remove(pos);
                 self.counters.evicted_lru.fetch_add(1, Ordering::Relaxed);
                 true
             }
@@ -228,9 +212,8 @@ where
 {
     fn decide_one(&mut self, key: &KeyHash, now: Nanos, cost: u64) -> Result<Decision, ShardError> {
         let alg = self.alg;
-        if let Some(pos) = self.position(&key.0) {
-            self.touch(pos);
-            return Ok(self.slots[pos].write(|s| alg.check(s, now, cost))?);
+        if let Some(slot) = self.used(key) {
+            return Ok(slot.write(|s| alg.check(s, now, cost))?);
         }
         let mut state = A::State::default();
         let d = alg.check(&mut state, now, cost)?;
@@ -238,32 +221,26 @@ where
             if !self.make_room(1, &[], now) {
                 return Err(ShardError::Full);
             }
-            self.insert(key.0, state);
+            self.insert(key, state);
         }
         Ok(d)
     }
 
     fn contains(&self, key: &KeyHash) -> bool {
-        self.position(&key.0).is_some()
+        self.slots.find(&key.0).is_some()
     }
 
     fn peek(&mut self, key: &KeyHash, now: Nanos, cost: u64) -> Result<Decision, CostError> {
         let alg = self.alg;
-        match self.position(&key.0) {
-            Some(pos) => {
-                self.touch(pos);
-                self.slots[pos].read(|s| alg.peek(s, now, cost))
-            }
+        match self.used(key) {
+            Some(slot) => slot.read(|s| alg.peek(s, now, cost)),
             None => alg.peek(&A::State::default(), now, cost),
         }
     }
 
     fn working(&mut self, key: &KeyHash) -> State {
-        match self.position(&key.0) {
-            Some(pos) => {
-                self.touch(pos);
-                A::wrap(self.slots[pos].read(|s| s.clone()))
-            }
+        match self.used(key) {
+            Some(slot) => A::wrap(slot.read(|s| s.clone())),
             None => A::wrap(A::State::default()),
         }
     }
@@ -286,8 +263,8 @@ where
 
     fn charge(&mut self, key: &KeyHash, now: Nanos, cost: u64) -> Result<Decision, CostError> {
         let alg = self.alg;
-        match self.position(&key.0) {
-            Some(pos) => self.slots[pos].write(|s| alg.check(s, now, cost)),
+        match self.used(key) {
+            Some(slot) => slot.write(|s| alg.check(s, now, cost)),
             // Not reached: the store charges in place only keys it found and kept.
             None => alg.check(&mut A::State::default(), now, cost),
         }
@@ -298,10 +275,11 @@ where
             debug_assert!(false, "a working copy of another algorithm");
             return;
         };
-        match self.position(&key.0) {
-            Some(pos) => self.slots[pos].replace(state),
-            None if self.alg.is_fresh(&state, now) => {}
-            None => self.insert(key.0, state),
+        let fresh = self.alg.is_fresh(&state, now);
+        match self.used(key) {
+            Some(slot) => slot.replace(state),
+            None if fresh => {}
+            None => self.insert(key, state),
         }
     }
 

@@ -6,6 +6,7 @@
 //! never borrowed, which safe Rust allows. The sliding log's state owns a queue and is stored
 //! unpacked.
 
+use super::storage::{Dense, Inline, Storage};
 use sluice_core::{
     Algorithm, FixedWindow, FixedWindowState, GcraState, LeakyBucket, SlidingLog, SlidingLogState, SlidingWindow,
     SlidingWindowState, State, TokenBucket,
@@ -122,11 +123,14 @@ impl<S: Send + 'static> Slot for PlainSlot<S> {
     }
 }
 
-/// An algorithm the memory store can keep: its slot layout, and the conversions between its
-/// state and the core's [`State`] enum (used for a request's working copies).
+/// An algorithm the memory store can keep: its slot and shard layouts, and the conversions
+/// between its state and the core's [`State`] enum (used for a request's working copies).
 pub(crate) trait Stored: Algorithm + Copy + Send + 'static {
     /// How one key is laid out.
     type Slot: Slot<State = Self::State>;
+
+    /// How a shard holds its slots.
+    type Storage: Storage<Self::Slot>;
 
     /// The state as the core's enum.
     fn wrap(state: Self::State) -> State;
@@ -136,9 +140,10 @@ pub(crate) trait Stored: Algorithm + Copy + Send + 'static {
 }
 
 macro_rules! stored {
-    ($alg:ty, $slot:ident, $state:ty, $variant:ident) => {
+    ($alg:ty, $slot:ident, $storage:ident, $state:ty, $variant:ident) => {
         impl Stored for $alg {
             type Slot = $slot<$state>;
+            type Storage = $storage<$slot<$state>>;
 
             fn wrap(state: $state) -> State {
                 State::$variant(state)
@@ -154,11 +159,12 @@ macro_rules! stored {
     };
 }
 
-stored!(FixedWindow, PackedSlot, FixedWindowState, FixedWindow);
-stored!(SlidingWindow, PackedSlot, SlidingWindowState, SlidingWindow);
-stored!(TokenBucket, PackedSlot, GcraState, Gcra);
-stored!(LeakyBucket, PackedSlot, GcraState, Gcra);
-stored!(SlidingLog, PlainSlot, SlidingLogState, SlidingLog);
+// Buckets (28-byte slots) fit 1M keys in 64 MiB inline; the larger states need the dense layout.
+stored!(TokenBucket, PackedSlot, Inline, GcraState, Gcra);
+stored!(LeakyBucket, PackedSlot, Inline, GcraState, Gcra);
+stored!(FixedWindow, PackedSlot, Dense, FixedWindowState, FixedWindow);
+stored!(SlidingWindow, PackedSlot, Dense, SlidingWindowState, SlidingWindow);
+stored!(SlidingLog, PlainSlot, Dense, SlidingLogState, SlidingLog);
 
 #[cfg(test)]
 mod tests {
