@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod check_config;
+mod replay;
 mod serve;
 mod simulate;
 mod stores;
@@ -23,6 +24,8 @@ enum Command {
     CheckConfig(check_config::Args),
     /// Run the algorithms side by side over generated or recorded arrivals, in virtual time.
     Simulate(simulate::Args),
+    /// Send real HTTP requests on the arrival times of a scenario or a file, and summarise the answers.
+    Replay(replay::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,5 +64,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::CheckConfig(args) => check_config::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Replay(args) => replay::run(args),
     }
 }
