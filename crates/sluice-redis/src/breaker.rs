@@ -143,6 +143,16 @@ impl Breaker {
         }
     }
 
+    /// How long until a probe may close it: the rest of the cool-down when open, zero when a
+    /// probe is in flight or due, `None` when closed.
+    pub fn until_probe(&self) -> Option<Duration> {
+        match *self.lock() {
+            Inner::Closed { .. } => None,
+            Inner::Open { until } => Some(until.saturating_duration_since(Instant::now())),
+            Inner::HalfOpen => Some(Duration::ZERO),
+        }
+    }
+
     /// How many times it has opened.
     pub fn times_opened(&self) -> u64 {
         self.opened.load(Ordering::Relaxed)
@@ -167,6 +177,7 @@ mod tests {
     #[test]
     fn opens_after_consecutive_failures_only() {
         let b = breaker(3, 60_000);
+        assert_eq!(b.until_probe(), None);
         call(&b).failure();
         call(&b).failure();
         call(&b).success(); // resets the count
@@ -176,6 +187,7 @@ mod tests {
         call(&b).failure();
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.times_opened(), 1);
+        assert!(b.until_probe().is_some_and(|d| d > Duration::from_secs(50)));
         match b.admit() {
             Admission::Reject(wait) => assert!(wait > Duration::from_secs(50)),
             Admission::Call(_) => panic!("an open breaker must not call"),

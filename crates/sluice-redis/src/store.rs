@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sluice_core::{CostError, Decision, Nanos, SystemClock};
 use sluice_store::{Check, MemoryStore, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
@@ -129,6 +129,13 @@ impl RedisStore {
     /// The breaker's state.
     pub fn breaker_state(&self) -> BreakerState {
         self.breaker.state()
+    }
+
+    /// What a `fail-closed` refusal should tell clients to wait (`Retry-After`): the rest of the
+    /// breaker's cool-down, or zero when the breaker is closed (a single failed call); callers
+    /// round up to at least one second.
+    pub fn unavailable_retry_after(&self) -> Duration {
+        self.breaker.until_probe().unwrap_or(Duration::ZERO)
     }
 
     /// The Redis key that holds `check`'s state (`prefix:policy:fingerprint:{hash}`), or `None`

@@ -104,7 +104,11 @@ async fn outage(mode: OnError, fault: Fault) {
                 assert!(o.verdict.allowed);
             }
             OnError::FailClosed => match result {
-                Err(StoreError::Unavailable(why)) => assert!(why.contains("breaker"), "{why}"),
+                Err(StoreError::Unavailable(why)) => {
+                    assert!(why.contains("breaker"), "{why}");
+                    let wait = s.unavailable_retry_after();
+                    assert!(wait > Duration::ZERO && wait <= COOL_DOWN, "Retry-After hint {wait:?}");
+                }
                 other => panic!("fail-closed: {other:?}"),
             },
             OnError::Local => {
