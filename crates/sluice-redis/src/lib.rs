@@ -35,24 +35,36 @@
 //!   after a cool-down one probe tries Redis and closes the breaker on success.
 //! - **A deny cache.** When Redis denies a key until some time, later requests of at least that
 //!   cost for that key are denied locally until then, without calling Redis: denied traffic under
-//!   attack costs Redis nothing. It only ever denies, and only what Redis would deny.
+//!   attack costs Redis nothing. It only ever denies, and only what Redis would deny. A cached
+//!   denial repeats the `remaining` Redis gave and counts `retry_after` down; a request's other
+//!   checks, not consulted, are reported as not denying with nothing remaining. Only a key's
+//!   first check in a request is cached (a later one was decided after charges that a denied
+//!   request never made). [`Source::DenyCache`] marks such verdicts.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use sluice_core::{Policy, TokenBucket};
-//! use sluice_redis::{OnError, RedisOptions, RedisStore};
-//! use sluice_store::{Check, KeyHasher, NamedPolicy, Store};
+//! use sluice_redis::{OnError, RedisOptions, RedisStore, Source};
+//! use sluice_store::{Check, KeyHasher, NamedPolicy};
 //!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let policies = vec![NamedPolicy { name: "per-ip".into(), policy: Policy::from(TokenBucket::new(5, 1.0)?) }];
-//! let mut options = RedisOptions::single("redis://127.0.0.1:6379");
-//! options.on_error = OnError::FailClosed;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let policies = vec![NamedPolicy { name: "per-ip".into(), policy: Policy::from(TokenBucket::new(2, 1.0)?) }];
+//! // Port 1: nothing listens there, so this example shows the failure path.
+//! let mut options = RedisOptions::single("redis://127.0.0.1:1");
+//! options.on_error = OnError::Local;
 //! options.timeout = Duration::from_millis(50);
 //! let store = RedisStore::new(policies, options)?;
 //!
 //! let key = KeyHasher::from_secret(b"shared by every instance").hash(&[b"ip", b"203.0.113.7"]);
-//! let verdict = store.decide(&[Check { policy: 0, key, cost: 1 }], None).await?;
-//! assert!(verdict.allowed);
+//! let request = [Check { policy: 0, key, cost: 1 }];
+//! for expect_admitted in [true, true, false] {
+//!     let outcome = store.decide_detailed(&request, None).await?;
+//!     // Redis is unreachable: the in-memory fallback decides, with the same policy.
+//!     assert_eq!(outcome.source, Source::Local);
+//!     assert_eq!(outcome.verdict.allowed, expect_admitted);
+//! }
+//! assert_eq!(store.stats().local, 3);
 //! # Ok(()) }
 //! ```
 
