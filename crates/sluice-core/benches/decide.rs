@@ -12,6 +12,8 @@
 //!   comparison sluice is also measured reading `SystemClock::now()` inside the loop, and with
 //!   its state behind a `Mutex` (governor's state is a shared atomic). governor is also measured
 //!   with its fake clock, the counterpart of an explicit `now`.
+//! - `clock-read/*`: the cost of reading the time alone, sluice's `SystemClock` beside
+//!   `std::time::Instant` and governor's default clock.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -204,11 +206,24 @@ fn governor_comparison(c: &mut Criterion) {
     versus_governor(c, "denied", 1.0 / 3_600.0, quota, Duration::from_nanos(STEP_DENIED));
 }
 
+/// What reading the time costs, which the clock-in-the-loop variants above pay on every call.
+fn clock_read(c: &mut Criterion) {
+    use governor::clock::Clock as _;
+    let mut g = c.benchmark_group("clock-read");
+    let ours = SystemClock::new();
+    g.bench_function("sluice-system-clock", |b| b.iter(|| black_box(ours.now())));
+    g.bench_function("std-instant-now", |b| b.iter(|| black_box(std::time::Instant::now())));
+    let theirs = governor::clock::DefaultClock::default();
+    g.bench_function("governor-default-clock", |b| b.iter(|| black_box(theirs.now())));
+    g.finish();
+}
+
 fn main() {
     // What `criterion_group!` and `criterion_main!` expand to, without their undocumented `pub fn`.
     let mut c = Criterion::default().configure_from_args();
     admitted(&mut c);
     denied(&mut c);
     governor_comparison(&mut c);
+    clock_read(&mut c);
     c.final_summary();
 }
