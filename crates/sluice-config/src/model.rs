@@ -125,9 +125,66 @@ pub enum PathPattern {
     Prefix(String),
 }
 
+/// The form of a path that routes are matched against, so that spellings an upstream treats as
+/// the same resource cannot slip past a limit: repeated slashes collapsed, `.` and `..`
+/// segments resolved, a trailing slash dropped, percent-encoded unreserved characters decoded,
+/// ASCII lower-cased (matching more paths errs on the strict side). Borrows when already normal.
+///
+/// ```
+/// use sluice_config::normalize_path;
+/// assert_eq!(normalize_path("/api/password-reset"), "/api/password-reset");
+/// assert_eq!(normalize_path("//api/./Password-Reset/"), "/api/password-reset");
+/// assert_eq!(normalize_path("/api/x/../%70assword-reset"), "/api/password-reset");
+/// ```
+pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let plain = !path.contains("//")
+        && !path.contains("/.")
+        && !path.contains('%')
+        && !path.bytes().any(|b| b.is_ascii_uppercase())
+        && (path.len() <= 1 || !path.ends_with('/'));
+    if plain {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let decoded = percent_decode_unreserved(path).to_ascii_lowercase();
+    let mut segments: Vec<&str> = Vec::new();
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            other => segments.push(other),
+        }
+    }
+    std::borrow::Cow::Owned(format!("/{}", segments.join("/")))
+}
+
+/// Decodes `%XX` where XX encodes an unreserved character (RFC 3986: letters, digits, `-._~`).
+fn percent_decode_unreserved(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Some(v) = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok())
+            && (v.is_ascii_alphanumeric() || b"-._~".contains(&v))
+        {
+            out.push(v as char);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i] as char);
+        i += 1;
+    }
+    out
+}
+
 impl PathPattern {
-    /// True when `path` (no query string) matches.
+    /// True when `path` (no query string) matches, after [`normalize_path`].
     pub fn matches(&self, path: &str) -> bool {
+        let path = normalize_path(path);
+        let path = path.as_ref();
         match self {
             PathPattern::Exact(p) => p == path,
             PathPattern::Prefix(p) => path.starts_with(p.as_str()) || path == &p[..p.len() - 1],

@@ -9,6 +9,7 @@ use sluice_core::{FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, Slidin
 
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
+use crate::model::normalize_path;
 use crate::model::*;
 use crate::raw::*;
 
@@ -282,10 +283,13 @@ fn route(
         return Err(err("path", format!("`{}` must start with `/`", r.path)));
     }
     let path = match r.path.strip_suffix('*') {
-        Some(prefix) if prefix.ends_with('/') => PathPattern::Prefix(prefix.to_string()),
+        Some(prefix) if prefix.ends_with('/') => {
+            let norm = normalize_path(prefix);
+            PathPattern::Prefix(if norm == "/" { norm.into_owned() } else { format!("{norm}/") })
+        }
         Some(_) => return Err(err("path", format!("`{}`: a prefix must end in `/*`, like `/api/*`", r.path))),
         None if r.path.contains('*') => return Err(err("path", format!("`{}`: `*` only at the end", r.path))),
-        None => PathPattern::Exact(r.path.clone()),
+        None => PathPattern::Exact(normalize_path(&r.path).into_owned()),
     };
     let methods = r.methods.map(|ms| ms.iter().map(|m| m.to_ascii_uppercase()).collect::<Vec<_>>());
     if let Some(ms) = &methods

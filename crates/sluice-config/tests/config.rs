@@ -20,6 +20,18 @@ fn the_documented_example_parses_into_the_expected_model() {
     assert_eq!(reset.path, PathPattern::Exact("/api/password-reset".into()));
     assert!(reset.matches("POST", "/api/password-reset"));
     assert!(!reset.matches("GET", "/api/password-reset"));
+    // Spellings an upstream would serve as the same resource cannot slip past the limit.
+    for variant in [
+        "/api/password-reset/",
+        "//api/password-reset",
+        "/api/./password-reset",
+        "/API/Password-Reset",
+        "/api/x/../password-reset",
+        "/api/%70assword-reset",
+    ] {
+        assert!(reset.matches("POST", variant), "{variant}");
+    }
+    assert!(!reset.matches("POST", "/api/password-resets"));
     assert_eq!(reset.limits[0].key.parts, vec![vec![KeySource::Json("/email".into())]]);
     assert!(reset.limits[0].key.needs_body());
     assert_eq!(reset.limits[1].policy, 1);

@@ -9,11 +9,14 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::respond::Body;
+
+/// How long a client may take to send a request's headers before the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A handler's refusal to answer: the connection is closed without a response
 /// (`on_deny = "drop"`).
@@ -59,7 +62,11 @@ pub async fn serve<H: Handler>(
                     let handler = handler.clone();
                     async move { handler.handle(peer, req).await }
                 });
-                let conn = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service);
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;
@@ -73,23 +80,34 @@ pub async fn serve<H: Handler>(
     Ok(())
 }
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
-pub async fn termination() {
+/// Completes on SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called, not
+/// when the future is first polled, so a signal that arrives right after start-up is not lost.
+pub fn termination() -> impl Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+        let term = signal(SignalKind::terminate()).ok();
+        let int = signal(SignalKind::interrupt()).ok();
+        async move {
+            match (term, int) {
+                (Some(mut term), Some(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                (Some(mut one), None) | (None, Some(mut one)) => {
+                    one.recv().await;
+                }
+                (None, None) => std::future::pending().await,
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

@@ -49,13 +49,14 @@ async fn seed(drain: Duration) -> anyhow::Result<()> {
     let store = MemoryStore::new(policies, MemoryOptions::default(), Arc::new(SystemClock::new()));
     let listener = bind_any(cfg.port).await?;
     let addr = listener.local_addr()?;
+    let stop = termination();
     println!("sluice listening on http://{addr} (port {})", addr.port());
     println!(
         "limit: {} requests per bucket, {} tokens per second (GET /api/hello, per client IP)",
         cfg.capacity, cfg.refill_per_second
     );
     let service = Arc::new(SeedService::new(Arc::new(store), cfg.capacity));
-    serve(listener, service, termination(), drain).await?;
+    serve(listener, service, stop, drain).await?;
     println!("sluice stopped");
     Ok(())
 }
@@ -91,9 +92,10 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let stop = termination();
+    tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone()));
     observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
-    tokio::spawn(reload_on_hangup(gateway.clone(), path));
-    serve(listener, gateway, termination(), drain).await?;
+    serve(listener, gateway, stop, drain).await?;
     if let Some((_, stop, task)) = admin {
         let _ = stop.send(());
         let _ = task.await;
@@ -102,14 +104,30 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg(unix)]
+type Hangup = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangup = ();
+
+/// The SIGHUP handler, installed now (before the listening line), so no early signal is lost.
+fn hangup() -> Option<Hangup> {
+    #[cfg(unix)]
+    {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 /// SIGHUP reloads the configuration; a bad file is refused and the old one keeps serving. Each
 /// reload is counted (`sluice_config_reloads_total`) and logged as an event; a refusal is also
 /// told on stderr.
-async fn reload_on_hangup(gateway: Arc<Gateway>, path: PathBuf) {
+async fn reload_on_hangup(hup: Option<Hangup>, gateway: Arc<Gateway>, path: PathBuf) {
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+        let Some(mut hup) = hup else { return };
         while hup.recv().await.is_some() {
             let result = match sluice_config::load(&path) {
                 Ok(config) => gateway.reload(config),
