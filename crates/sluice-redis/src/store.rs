@@ -388,6 +388,20 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         "redis"
     }
+
+    /// Unready only under `fail-closed` while the breaker is not closed (Redis kept failing):
+    /// `fail-open` and `local` still serve without Redis.
+    fn ready(&self) -> bool {
+        self.options.on_error != OnError::FailClosed || self.breaker_state() == BreakerState::Closed
+    }
+
+    fn breaker_open(&self) -> Option<bool> {
+        Some(self.breaker_state() != BreakerState::Closed)
+    }
+
+    fn deny_cache_hits(&self) -> Option<u64> {
+        Some(self.stats().deny_cache_hits)
+    }
 }
 
 #[cfg(test)]

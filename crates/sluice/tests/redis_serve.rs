@@ -42,6 +42,10 @@ fn free_port() -> u16 {
 
 /// Starts `sluice serve --config` with a Redis store and waits until it accepts connections.
 fn serve(redis_url: &str, on_error: &str, policy: &str) -> Serve {
+    serve_with(redis_url, on_error, policy, "")
+}
+
+fn serve_with(redis_url: &str, on_error: &str, policy: &str, extra: &str) -> Serve {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "sluice-redis-serve-{}-{}",
@@ -63,6 +67,7 @@ on_error = "{on_error}"
 timeout_ms = 200
 
 {policy}
+{extra}
 "#
     );
     let path = dir.join("sluice.toml");
@@ -80,6 +85,16 @@ timeout_ms = 200
         std::thread::sleep(Duration::from_millis(20));
     }
     Serve { child, port, _dir: TempDir(dir) }
+}
+
+/// GETs a path; returns the status code and the raw response.
+fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    (out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0), out)
 }
 
 /// POSTs a decision request; returns the status code and the raw response.
@@ -162,4 +177,28 @@ fn failure_modes_as_a_client_sees_them() {
     let local = serve(&dead, "local", tight);
     let statuses: Vec<u16> = (0..4).map(|_| check(local.port, r#"{"policy":"shared","key":"k"}"#).0).collect();
     assert_eq!(statuses, [200, 200, 429, 429]);
+}
+
+#[test]
+fn readiness_and_breaker_follow_redis_under_fail_closed() {
+    let mut redis = RedisServer::start();
+    let admin = free_port();
+    let s = serve_with(&redis.url(), "fail-closed", SHARED, &format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\n"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", admin)).is_err() {
+        assert!(Instant::now() < deadline, "admin listener did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(check(s.port, r#"{"policy":"shared","key":"k"}"#).0, 200);
+    assert_eq!(get(admin, "/readyz").0, 200);
+    redis.kill();
+    // Consecutive failures open the breaker: the limiter is unavailable, and says so.
+    for _ in 0..5 {
+        assert_eq!(check(s.port, r#"{"policy":"shared","key":"k"}"#).0, 503);
+    }
+    let (status, body) = get(admin, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    let (_, metrics) = get(admin, "/metrics");
+    assert!(metrics.contains("sluice_breaker_open{store=\"redis\"} 1"), "{metrics}");
+    assert!(metrics.contains("sluice_store_errors_total{"), "{metrics}");
 }
