@@ -13,6 +13,9 @@ use crate::model::normalize_path;
 use crate::model::*;
 use crate::raw::*;
 
+/// The largest sliding-log limit: its state holds one timestamp per admitted unit of cost.
+pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+
 /// Default listen address of a config without `server.listen`.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 
@@ -231,6 +234,15 @@ fn policy(src: &Source<'_>, i: usize, span: &Range<usize>, p: RawPolicy) -> Resu
         }
         "sliding-log" => {
             let (l, w) = windowed()?;
+            if l > MAX_SLIDING_LOG_LIMIT {
+                return Err(err(
+                    "limit",
+                    format!(
+                        "{l} is too large for a sliding log, which keeps one timestamp per admitted request \
+                         (at most {MAX_SLIDING_LOG_LIMIT}); use sliding-window for large limits"
+                    ),
+                ));
+            }
             SlidingLog::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
         }
         "sliding-window" => {

@@ -85,6 +85,9 @@ fn errors_name_file_line_and_field() {
     let e = error_of("[store]\nkind = \"redis\"\n");
     assert!(e.starts_with("bad.toml:2: store.url:") || e.starts_with("bad.toml:1: store.url:"), "{e}");
 
+    let e = error_of("[[policy]]\nname = \"a\"\nalgorithm = \"sliding-log\"\nlimit = 100000001\nwindow = \"1s\"\n");
+    assert!(e.starts_with("bad.toml:4: policy[0].limit:") && e.contains("use sliding-window"), "{e}");
+
     let e = error_of("this is = = not toml");
     assert!(e.starts_with("bad.toml:1: (syntax):"), "{e}");
 }

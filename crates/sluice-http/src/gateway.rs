@@ -24,6 +24,9 @@ use crate::proxy::Upstream;
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
 
+/// How long a client may take to send the part of a body that a `json:` key needs.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Builds the store for a configuration; on reload it is given the store in use, so that
 /// policies that did not change keep their state.
 pub trait StoreFactory: Send + Sync + 'static {
@@ -196,12 +199,15 @@ impl Gateway {
         let needs_body = route.limits.iter().any(|l| l.key.needs_body());
         let (parts, body) = req.into_parts();
         let (json, body) = if needs_body {
-            match read_prefix(body, loaded.config.server.max_body_bytes).await {
-                Ok(prefix) => {
+            // A client trickling its body must not hold a slot in `max_in_flight` for long.
+            match tokio::time::timeout(BODY_READ_TIMEOUT, read_prefix(body, loaded.config.server.max_body_bytes)).await
+            {
+                Ok(Ok(prefix)) => {
                     let json = if prefix.complete { serde_json::from_slice(&prefix.bytes).ok() } else { None };
                     (json, prefix.body)
                 }
-                Err(_) => return Ok(respond::error(400, "bad_request", "The request body could not be read.")),
+                Ok(Err(_)) => return Ok(respond::error(400, "bad_request", "The request body could not be read.")),
+                Err(_) => return Ok(respond::error(408, "request_timeout", "The request body came too slowly.")),
             }
         } else {
             (None, ReplayBody::untouched(body))

@@ -43,9 +43,11 @@ impl StoreFactory for MemoryFactory {
     fn build(&self, config: &Config, _previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, String> {
         let mut current = self.current.lock().map_err(|_| "memory store factory poisoned".to_string())?;
         let policies = named_policies(config);
+        let options = memory_options(&config.store);
         let store = match current.as_ref() {
-            Some(old) => Arc::new(old.rebuild(policies)),
-            None => Arc::new(MemoryStore::new(policies, memory_options(&config.store), self.clock.clone())),
+            // Same bounds: unchanged policies keep their tables. New bounds: a new store.
+            Some(old) if *old.options() == options => Arc::new(old.rebuild(policies)),
+            _ => Arc::new(MemoryStore::new(policies, options, self.clock.clone())),
         };
         *current = Some(store.clone());
         Ok(store)
