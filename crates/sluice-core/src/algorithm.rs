@@ -32,6 +32,26 @@ pub(crate) fn ensure_cost(cost: u64, capacity: u64) -> Result<(), CostError> {
     if cost > capacity { Err(CostError { cost, capacity }) } else { Ok(()) }
 }
 
+/// Validates the parameters shared by the window algorithms.
+pub(crate) fn check_window_params(limit: u64, window: Nanos) -> Result<(), crate::error::ParamError> {
+    if limit == 0 {
+        return Err(crate::error::ParamError::Zero { field: "limit" });
+    }
+    if window == 0 {
+        return Err(crate::error::ParamError::Zero { field: "window" });
+    }
+    Ok(())
+}
+
+/// `check` from a pure `decide`: the new state is kept only when the request is admitted.
+pub(crate) fn commit<S>(state: &mut S, decided: Result<(Decision, S), CostError>) -> Result<Decision, CostError> {
+    let (d, next) = decided?;
+    if d.allowed {
+        *state = next;
+    }
+    Ok(d)
+}
+
 /// Clamps a 128-bit intermediate to `u64` (saturating).
 pub(crate) fn sat(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)

@@ -1,6 +1,6 @@
 //! Fixed window: a counter per aligned window.
 
-use crate::algorithm::{Algorithm, ensure_cost, sat};
+use crate::algorithm::{Algorithm, check_window_params, commit, ensure_cost, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;
@@ -35,12 +35,7 @@ pub struct FixedWindowState {
 impl FixedWindow {
     /// `limit` requests per `window` nanoseconds.
     pub fn new(limit: u64, window: Nanos) -> Result<Self, ParamError> {
-        if limit == 0 {
-            return Err(ParamError::Zero { field: "limit" });
-        }
-        if window == 0 {
-            return Err(ParamError::Zero { field: "window" });
-        }
+        check_window_params(limit, window)?;
         Ok(Self { limit, window })
     }
 
@@ -88,11 +83,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn check(&self, state: &mut FixedWindowState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        let (d, next) = self.decide(state, now, cost)?;
-        if d.allowed {
-            *state = next;
-        }
-        Ok(d)
+        commit(state, self.decide(state, now, cost))
     }
 
     fn peek(&self, state: &FixedWindowState, now: Nanos, cost: u64) -> Result<Decision, CostError> {

@@ -7,7 +7,7 @@
 //! `max(tat, now) + cost * T - now <= capacity * T`. This is exact integer arithmetic: no
 //! drift accumulates however long a key lives.
 
-use crate::algorithm::{Algorithm, ensure_cost, sat};
+use crate::algorithm::{Algorithm, commit, ensure_cost, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::{NANOS_PER_SEC, Nanos};
@@ -89,12 +89,33 @@ impl Meter {
     }
 
     fn check(&self, s: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        let (d, next) = self.decide(s, now, cost)?;
-        if d.allowed {
-            *s = next;
-        }
-        Ok(d)
+        commit(s, self.decide(s, now, cost))
     }
+}
+
+/// Both buckets are the same meter behind the `Algorithm` trait.
+macro_rules! gcra_algorithm {
+    ($t:ident) => {
+        impl Algorithm for $t {
+            type State = GcraState;
+
+            fn limit(&self) -> u64 {
+                self.meter.capacity
+            }
+
+            fn check(&self, state: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+                self.meter.check(state, now, cost)
+            }
+
+            fn peek(&self, state: &GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
+                self.meter.decide(state, now, cost).map(|(d, _)| d)
+            }
+
+            fn is_fresh(&self, state: &GcraState, now: Nanos) -> bool {
+                state.tat <= now
+            }
+        }
+    };
 }
 
 /// Token bucket: starts full with `capacity` tokens, refills continuously at
@@ -132,25 +153,7 @@ impl TokenBucket {
     }
 }
 
-impl Algorithm for TokenBucket {
-    type State = GcraState;
-
-    fn limit(&self) -> u64 {
-        self.meter.capacity
-    }
-
-    fn check(&self, state: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        self.meter.check(state, now, cost)
-    }
-
-    fn peek(&self, state: &GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        self.meter.decide(state, now, cost).map(|(d, _)| d)
-    }
-
-    fn is_fresh(&self, state: &GcraState, now: Nanos) -> bool {
-        state.tat <= now
-    }
-}
+gcra_algorithm!(TokenBucket);
 
 /// What a leaky bucket does with a request beyond the steady rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -216,22 +219,4 @@ impl LeakyBucket {
     }
 }
 
-impl Algorithm for LeakyBucket {
-    type State = GcraState;
-
-    fn limit(&self) -> u64 {
-        self.meter.capacity
-    }
-
-    fn check(&self, state: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        self.meter.check(state, now, cost)
-    }
-
-    fn peek(&self, state: &GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        self.meter.decide(state, now, cost).map(|(d, _)| d)
-    }
-
-    fn is_fresh(&self, state: &GcraState, now: Nanos) -> bool {
-        state.tat <= now
-    }
-}
+gcra_algorithm!(LeakyBucket);

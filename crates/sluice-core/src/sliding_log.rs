@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::algorithm::{Algorithm, ensure_cost, sat};
+use crate::algorithm::{Algorithm, check_window_params, ensure_cost, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;
@@ -47,12 +47,7 @@ impl SlidingLogState {
 impl SlidingLog {
     /// `limit` requests in any interval of `window` nanoseconds.
     pub fn new(limit: u64, window: Nanos) -> Result<Self, ParamError> {
-        if limit == 0 {
-            return Err(ParamError::Zero { field: "limit" });
-        }
-        if window == 0 {
-            return Err(ParamError::Zero { field: "window" });
-        }
+        check_window_params(limit, window)?;
         Ok(Self { limit, window })
     }
 

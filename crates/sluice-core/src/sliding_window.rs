@@ -1,6 +1,6 @@
 //! Sliding window counter: two counts and a weighted estimate.
 
-use crate::algorithm::{Algorithm, ensure_cost, sat};
+use crate::algorithm::{Algorithm, check_window_params, commit, ensure_cost, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;
@@ -46,12 +46,7 @@ struct View {
 impl SlidingWindow {
     /// `limit` requests per sliding `window` nanoseconds (estimated).
     pub fn new(limit: u64, window: Nanos) -> Result<Self, ParamError> {
-        if limit == 0 {
-            return Err(ParamError::Zero { field: "limit" });
-        }
-        if window == 0 {
-            return Err(ParamError::Zero { field: "window" });
-        }
+        check_window_params(limit, window)?;
         Ok(Self { limit, window })
     }
 
@@ -154,11 +149,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn check(&self, state: &mut SlidingWindowState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        let (d, next) = self.decide(state, now, cost)?;
-        if d.allowed {
-            *state = next;
-        }
-        Ok(d)
+        commit(state, self.decide(state, now, cost))
     }
 
     fn peek(&self, state: &SlidingWindowState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
