@@ -7,6 +7,7 @@ mod replay;
 mod serve;
 mod simulate;
 mod stores;
+mod traffic;
 
 /// sluice: rate limiting for HTTP APIs.
 #[derive(Debug, Parser)]

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::traffic::{TrafficArgs, duration};
 use anyhow::{Context, bail};
 use clap::builder::PossibleValuesParser;
 use reqwest::Url;
@@ -23,8 +24,7 @@ use reqwest_middleware::ClientWithMiddleware;
 use sluice_client::{RetryError, RetryMiddleware, RetryPolicy, RetryReport};
 use sluice_core::{ALGORITHM_NAMES, Nanos};
 use sluice_sim::{
-    Arrival, KeyScope, Lane, LaneOutcome, Limits, Outcome, Quiet, SCENARIOS, Scenario, Simulation, TrafficParams,
-    format_duration, max_in_window, parse_arrivals, parse_duration,
+    Arrival, KeyScope, Lane, LaneOutcome, Limits, Outcome, Quiet, Simulation, format_duration, max_in_window,
 };
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -45,27 +45,11 @@ sent as X-Forwarded-For and its account as X-Api-Key (see --account-header). The
 arrivals are also simulated under that policy and the summary says where live and simulated decisions agree; \
 --plot draws both.")]
 pub struct Args {
+    #[command(flatten)]
+    traffic: TrafficArgs,
     /// The URL to send the requests to (http only).
     #[arg(long)]
     url: String,
-    /// Generated traffic (default poisson). nat and botnet: --rps is each client's rate.
-    #[arg(long, value_parser = PossibleValuesParser::new(SCENARIOS.map(Scenario::name)), conflicts_with = "arrivals")]
-    scenario: Option<String>,
-    /// Arrivals from a file: one per line, `SECONDS [CLIENT [ACCOUNT]]` (as `sluice simulate`).
-    #[arg(long, value_name = "FILE")]
-    arrivals: Option<PathBuf>,
-    /// Requests per second of the generated traffic.
-    #[arg(long, default_value_t = 6.0, conflicts_with = "arrivals")]
-    rps: f64,
-    /// Length of the generated traffic (30s, 500ms, 15m).
-    #[arg(long, default_value = "30s", value_parser = duration, conflicts_with = "arrivals")]
-    duration: Nanos,
-    /// Seed of the generator.
-    #[arg(long, default_value_t = 42, conflicts_with = "arrivals")]
-    seed: u64,
-    /// Clients of the nat (default 20) and botnet (default 200) scenarios.
-    #[arg(long, conflicts_with = "arrivals")]
-    clients: Option<usize>,
     /// Send only the first N arrivals (at most 100000; default: all of them, up to 100000).
     #[arg(long, value_name = "N")]
     requests: Option<usize>,
@@ -120,10 +104,6 @@ enum Format {
     Table,
     /// One JSON object: {"sent": N, "statuses": {...}, "retries": R, "latency_ms": {...}, ...}.
     Json,
-}
-
-fn duration(s: &str) -> Result<Nanos, String> {
-    parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Runs `sluice replay`.
@@ -203,20 +183,7 @@ fn target(raw: &str) -> anyhow::Result<Url> {
 
 /// The arrivals to replay, generated or read from the file.
 fn arrivals(args: &Args, limits: &Limits) -> anyhow::Result<Vec<Arrival>> {
-    if let Some(path) = &args.arrivals {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        return parse_arrivals(&text).with_context(|| format!("in {}", path.display()));
-    }
-    let scenario: Scenario = args.scenario.as_deref().unwrap_or("poisson").parse()?;
-    let params = TrafficParams {
-        rps: args.rps,
-        duration: args.duration,
-        seed: args.seed,
-        limit: limits.limit,
-        window: limits.window,
-        clients: args.clients,
-    };
-    Ok(scenario.generate(&params)?)
+    Ok(args.traffic.load(limits.limit, limits.window)?.arrivals)
 }
 
 /// Each arrival's identity headers: the client as `X-Forwarded-For`, the account under

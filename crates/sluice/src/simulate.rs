@@ -5,38 +5,19 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::traffic::{TrafficArgs, duration};
 use anyhow::{Context, bail};
 use clap::builder::PossibleValuesParser;
 use sluice_core::{ALGORITHM_NAMES, Decision, Nanos};
-use sluice_sim::{
-    Arrival, DecisionCsv, KeyScope, Lane, Limits, Observer, Report, RunInfo, SCENARIOS, Scenario, Simulation,
-    TrafficParams, parse_arrivals, parse_duration,
-};
+use sluice_sim::{Arrival, DecisionCsv, KeyScope, Lane, Limits, Observer, Report, RunInfo, Scenario, Simulation};
 
 /// Arguments of `sluice simulate`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Without --scenario or --arrivals, runs the seed article's experiment: Poisson arrivals at \
 6 req/s for 30 s, seed 42; windows of 10 per 1 s; token and leaky bucket of capacity 20 at 10 per second.")]
 pub struct Args {
-    /// Generated traffic (default poisson). nat and botnet: --rps is each client's rate.
-    #[arg(long, value_parser = PossibleValuesParser::new(SCENARIOS.map(Scenario::name)), conflicts_with = "arrivals")]
-    scenario: Option<String>,
-    /// Arrivals from a file: one per line, `SECONDS [CLIENT [ACCOUNT]]`, separated by commas or
-    /// whitespace; `#` comments and blank lines are skipped.
-    #[arg(long, value_name = "FILE")]
-    arrivals: Option<PathBuf>,
-    /// Requests per second of the generated traffic.
-    #[arg(long, default_value_t = 6.0, conflicts_with = "arrivals")]
-    rps: f64,
-    /// Length of the generated traffic (30s, 500ms, 15m).
-    #[arg(long, default_value = "30s", value_parser = duration, conflicts_with = "arrivals")]
-    duration: Nanos,
-    /// Seed of the generator: the same seed gives the same arrivals on every machine.
-    #[arg(long, default_value_t = 42, conflicts_with = "arrivals")]
-    seed: u64,
-    /// Clients of the nat (default 20) and botnet (default 200) scenarios.
-    #[arg(long, conflicts_with = "arrivals")]
-    clients: Option<usize>,
+    #[command(flatten)]
+    traffic: TrafficArgs,
     /// Algorithms to compare, comma-separated.
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(ALGORITHM_NAMES),
           default_value = "fixed-window,sliding-log,sliding-window,token-bucket,leaky-bucket")]
@@ -79,10 +60,6 @@ enum Format {
     Json,
     /// CSV with a header line.
     Csv,
-}
-
-fn duration(s: &str) -> Result<Nanos, String> {
-    parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Runs `sluice simulate`.
@@ -136,44 +113,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// The arrivals to run and the description of where they came from.
 fn arrivals(args: &Args, limits: &Limits) -> anyhow::Result<(Vec<Arrival>, RunInfo)> {
-    if let Some(path) = &args.arrivals {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let arrivals = parse_arrivals(&text).with_context(|| format!("in {}", path.display()))?;
-        // The run lasts until the end of the window of the last arrival.
-        let duration =
-            arrivals.last().map_or(limits.window, |a| (a.at / limits.window + 1).saturating_mul(limits.window));
-        let info = RunInfo {
+    let traffic = args.traffic.load(args.limit, args.window)?;
+    let info = match (&traffic.generated, &args.traffic.arrivals) {
+        (Some((scenario, params)), _) => {
+            let many = matches!(scenario, Scenario::Nat | Scenario::Botnet);
+            RunInfo {
+                scenario: Some(*scenario),
+                arrivals_file: None,
+                seed: Some(params.seed),
+                rps: (*scenario != Scenario::Boundary).then_some(params.rps),
+                clients: many.then(|| params.clients(*scenario)),
+                duration: params.duration,
+                limits: limits.clone(),
+            }
+        }
+        (None, path) => RunInfo {
             scenario: None,
-            arrivals_file: Some(path.display().to_string()),
+            arrivals_file: path.as_ref().map(|p| p.display().to_string()),
             seed: None,
             rps: None,
             clients: None,
-            duration,
+            // The run lasts until the end of the window of the last arrival.
+            duration: traffic
+                .arrivals
+                .last()
+                .map_or(limits.window, |a| (a.at / limits.window + 1).saturating_mul(limits.window)),
             limits: limits.clone(),
-        };
-        return Ok((arrivals, info));
-    }
-    let scenario: Scenario = args.scenario.as_deref().unwrap_or("poisson").parse()?;
-    let params = TrafficParams {
-        rps: args.rps,
-        duration: args.duration,
-        seed: args.seed,
-        limit: args.limit,
-        window: args.window,
-        clients: args.clients,
+        },
     };
-    let arrivals = scenario.generate(&params)?;
-    let many = matches!(scenario, Scenario::Nat | Scenario::Botnet);
-    let info = RunInfo {
-        scenario: Some(scenario),
-        arrivals_file: None,
-        seed: Some(args.seed),
-        rps: (scenario != Scenario::Boundary).then_some(args.rps),
-        clients: many.then(|| params.clients(scenario)),
-        duration: args.duration,
-        limits: limits.clone(),
-    };
-    Ok((arrivals, info))
+    Ok((traffic.arrivals, info))
 }
 
 /// Writes decisions if asked, and draws a progress bar on a terminal for long runs.

@@ -1,0 +1,67 @@
+//! The traffic `simulate` and `replay` share: a generated scenario or an arrival file.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::builder::PossibleValuesParser;
+use sluice_core::Nanos;
+use sluice_sim::{Arrival, SCENARIOS, Scenario, TrafficParams, parse_arrivals, parse_duration};
+
+/// Where the arrivals come from (flattened into both subcommands' arguments).
+#[derive(Debug, clap::Args)]
+pub struct TrafficArgs {
+    /// Generated traffic (default poisson). nat and botnet: --rps is each client's rate.
+    #[arg(long, value_parser = PossibleValuesParser::new(SCENARIOS.map(Scenario::name)), conflicts_with = "arrivals")]
+    pub scenario: Option<String>,
+    /// Arrivals from a file: one per line, `SECONDS [CLIENT [ACCOUNT]]`, separated by commas or
+    /// whitespace; `#` comments and blank lines are skipped.
+    #[arg(long, value_name = "FILE")]
+    pub arrivals: Option<PathBuf>,
+    /// Requests per second of the generated traffic.
+    #[arg(long, default_value_t = 6.0, conflicts_with = "arrivals")]
+    pub rps: f64,
+    /// Length of the generated traffic (30s, 500ms, 15m).
+    #[arg(long, default_value = "30s", value_parser = duration, conflicts_with = "arrivals")]
+    pub duration: Nanos,
+    /// Seed of the generator: the same seed gives the same arrivals on every machine.
+    #[arg(long, default_value_t = 42, conflicts_with = "arrivals")]
+    pub seed: u64,
+    /// Clients of the nat (default 20) and botnet (default 200) scenarios.
+    #[arg(long, conflicts_with = "arrivals")]
+    pub clients: Option<usize>,
+}
+
+/// A duration argument (`30s`, `500ms`, `15m`) in nanoseconds.
+pub fn duration(s: &str) -> Result<Nanos, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// The arrivals and where they came from.
+pub struct Traffic {
+    /// The arrivals, in time order.
+    pub arrivals: Vec<Arrival>,
+    /// The scenario and its parameters, when generated.
+    pub generated: Option<(Scenario, TrafficParams)>,
+}
+
+impl TrafficArgs {
+    /// Reads the file or generates the scenario (whose shape may depend on the limit and window).
+    pub fn load(&self, limit: u64, window: Nanos) -> anyhow::Result<Traffic> {
+        if let Some(path) = &self.arrivals {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let arrivals = parse_arrivals(&text).with_context(|| format!("in {}", path.display()))?;
+            return Ok(Traffic { arrivals, generated: None });
+        }
+        let scenario: Scenario = self.scenario.as_deref().unwrap_or("poisson").parse()?;
+        let params = TrafficParams {
+            rps: self.rps,
+            duration: self.duration,
+            seed: self.seed,
+            limit,
+            window,
+            clients: self.clients,
+        };
+        let arrivals = scenario.generate(&params)?;
+        Ok(Traffic { arrivals, generated: Some((scenario, params)) })
+    }
+}
