@@ -9,7 +9,8 @@
 //! SipHash first, as the gateway does; governor hashes its key with SipHash inside the DashMap).
 //! governor runs twice: keyed by a `u64` (its best case, 16-byte buckets) and by 16 bytes (the
 //! width of the key hash sluice stores). All read the time on every decision: sluice its
-//! `SystemClock`, governor its TSC clock. After criterion's groups, a short timed run prints the
+//! `SystemClock` (the monotonic clock through the vDSO), governor its TSC clock (quanta);
+//! `sluice-tsc` is the store with a clock over that same TSC clock, to show the clock's share. After criterion's groups, a short timed run prints the
 //! decisions per second of each and the ratio.
 
 use std::hint::black_box;
@@ -19,8 +20,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+use governor::clock::{Clock as _, QuantaClock, QuantaInstant, Reference as _};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use sluice_core::{Policy, SystemClock, TokenBucket};
+use sluice_core::{Clock, NANOS_PER_SEC, Nanos, Policy, SystemClock, TokenBucket};
 use sluice_store::{Check, KeyHash, KeyHasher, MemoryOptions, MemoryStore, NamedPolicy};
 
 const KEYS: u64 = 100_000;
@@ -44,8 +46,30 @@ const REGIMES: [Regime; 2] = [
     Regime { name: "deny", capacity: 1, per_second: 1 },
 ];
 
+/// A sluice clock over governor's TSC clock (quanta): what the store costs with a clock as cheap
+/// as governor's. `SystemClock` reads the monotonic clock through the vDSO instead.
+struct TscClock {
+    clock: QuantaClock,
+    start: QuantaInstant,
+}
+
+impl TscClock {
+    fn new() -> Self {
+        let clock = QuantaClock::default();
+        let start = clock.now();
+        Self { clock, start }
+    }
+}
+
+impl Clock for TscClock {
+    fn now(&self) -> Nanos {
+        NANOS_PER_SEC + self.clock.now().duration_since(self.start).as_u64()
+    }
+}
+
 struct Contenders {
     sluice: MemoryStore,
+    sluice_tsc: MemoryStore,
     governor: DefaultKeyedRateLimiter<u64>,
     governor_wide: DefaultKeyedRateLimiter<[u8; 16]>,
     hasher: KeyHasher,
@@ -68,15 +92,18 @@ impl Contenders {
     fn new(r: &Regime) -> Arc<Self> {
         let bucket = TokenBucket::new(u64::from(r.capacity), f64::from(r.per_second)).expect("valid bucket");
         let policy = NamedPolicy { name: r.name.into(), policy: Policy::from(bucket) };
-        let sluice = MemoryStore::new(vec![policy], MemoryOptions::default(), Arc::new(SystemClock::new()));
+        let options = MemoryOptions::default();
+        let sluice = MemoryStore::new(vec![policy.clone()], options, Arc::new(SystemClock::new()));
+        let sluice_tsc = MemoryStore::new(vec![policy], options, Arc::new(TscClock::new()));
         let nz = |n: u32| NonZeroU32::new(n).expect("non-zero");
         let quota = Quota::per_second(nz(r.per_second)).allow_burst(nz(r.capacity));
         let (governor, governor_wide) = (RateLimiter::keyed(quota), RateLimiter::keyed(quota));
-        let c = Self { sluice, governor, governor_wide, hasher: KeyHasher::random() };
+        let c = Self { sluice, sluice_tsc, governor, governor_wide, hasher: KeyHasher::random() };
         // Every key known to each contender before measuring.
         for k in 0..KEYS as usize {
             c.sluice_hashed(k);
             c.sluice_raw(k);
+            c.sluice_tsc(k);
             c.governor(k);
             c.governor_wide(k);
         }
@@ -93,6 +120,11 @@ impl Contenders {
         self.sluice.decide_now(&[Check { policy: 0, key, cost: 1 }]).is_ok_and(|v| v.allowed)
     }
 
+    fn sluice_tsc(&self, k: usize) -> bool {
+        let check = [Check { policy: 0, key: spread(k as u64), cost: 1 }];
+        self.sluice_tsc.decide_now(&check).is_ok_and(|v| v.allowed)
+    }
+
     fn governor(&self, k: usize) -> bool {
         self.governor.check_key(&(k as u64)).is_ok()
     }
@@ -106,14 +138,15 @@ impl Contenders {
 
 type Contender = fn(&Contenders, usize) -> bool;
 
-const CONTENDERS: [(&str, Contender); 4] = [
+const CONTENDERS: [(&str, Contender); 5] = [
     ("sluice", Contenders::sluice_hashed),
     ("sluice+hash", Contenders::sluice_raw),
+    ("sluice-tsc", Contenders::sluice_tsc),
     ("governor", Contenders::governor),
     ("governor-16B", Contenders::governor_wide),
 ];
 /// The reference: governor with 8-byte keys, its best case.
-const GOVERNOR: usize = 2;
+const GOVERNOR: usize = 3;
 
 /// `iters` decisions on each of `threads` threads; the wall time of the whole.
 fn on_threads(c: &Arc<Contenders>, f: Contender, threads: u64, iters: u64) -> Duration {
