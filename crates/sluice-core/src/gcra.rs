@@ -76,15 +76,12 @@ impl Meter {
         } else {
             sat(new_tat - now - tau)
         };
-        let d = Decision {
-            allowed,
-            limit: self.capacity,
-            // `held` exceeds `span` only when denied after the clock stepped back.
-            remaining: sat(span.saturating_sub(held) / t),
-            reset_after: sat(held),
-            retry_after,
-            delay,
-        };
+        // `held` exceeds `span` only when denied after the clock stepped back. The room fits in
+        // u64 (span <= tau, checked at construction): divide in 64 bits, and not at all when the
+        // bucket holds less than one token (the common denial).
+        let room = span.saturating_sub(held) as u64;
+        let remaining = if room < self.interval { 0 } else { room / self.interval };
+        let d = Decision { allowed, limit: self.capacity, remaining, reset_after: sat(held), retry_after, delay };
         Ok((d, GcraState { tat: sat(next) }))
     }
 

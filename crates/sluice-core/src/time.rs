@@ -78,8 +78,8 @@ impl Clock for ManualClock {
 /// nanoseconds instead of a system call's tens, which matters when every decision reads it.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
-    anchor_wall: Nanos,
-    anchor_raw: u64,
+    /// Wall time minus the counter's reading at the anchor (wrapping: only the sum is meaningful).
+    offset: Nanos,
     counter: quanta::Clock,
 }
 
@@ -87,12 +87,12 @@ impl SystemClock {
     /// Anchors a new clock to the current wall-clock time.
     pub fn new() -> Self {
         let counter = quanta::Clock::new();
-        let anchor_raw = counter.raw();
+        let at_anchor = counter.delta_as_nanos(0, counter.raw());
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             .unwrap_or(0);
-        Self { anchor_wall: wall, anchor_raw, counter }
+        Self { offset: wall.wrapping_sub(at_anchor), counter }
     }
 }
 
@@ -104,9 +104,8 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Nanos {
-        let raw = self.counter.raw();
-        let since = if raw > self.anchor_raw { self.counter.delta_as_nanos(self.anchor_raw, raw) } else { 0 };
-        self.anchor_wall.saturating_add(since)
+        // The counter is monotonic, so wall-at-anchor plus its progress never goes backwards.
+        self.offset.wrapping_add(self.counter.delta_as_nanos(0, self.counter.raw()))
     }
 }
 
