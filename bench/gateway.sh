@@ -41,6 +41,7 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 
 NGX=$(free_port); UP=$(free_port)
 mkdir -p "$dir/www"
+chmod 755 "$dir" "$dir/www"  # nginx workers run unprivileged
 printf '{"message":"allowed"}' > "$dir/www/hello.json"
 cat > "$dir/nginx.conf" <<NGINX
 worker_processes 2;

@@ -279,7 +279,7 @@ impl Gateway {
         }
         let mut res = match &loaded.upstream {
             Some(up) => up.forward(Request::from_parts(parts, body), client).await,
-            None => respond::json(200, &serde_json::json!({ "status": "allowed", "route": route.name })),
+            None => respond::json(200, &respond::Allowed { status: "allowed", route: &route.name }),
         };
         if let Some(v) = &view {
             write_rate_limit_headers(res.headers_mut(), &loaded.config.server.headers, v, self.unix_now());

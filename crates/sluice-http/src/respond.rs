@@ -22,19 +22,41 @@ pub fn json<T: Serialize>(status: u16, payload: &T) -> Response<Body> {
     res
 }
 
+/// The body of an admitted request that sluice answers itself (no upstream).
+#[derive(Serialize)]
+pub struct Allowed<'a> {
+    /// Always `allowed`.
+    pub status: &'static str,
+    /// The route's name.
+    pub route: &'a str,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: &'a str,
+}
+
+#[derive(Serialize)]
+struct DenialBody {
+    error: &'static str,
+    message: &'static str,
+    retry_after_seconds: u64,
+}
+
 /// `{"error": code, "message": message}`
 pub fn error(status: u16, code: &str, message: &str) -> Response<Body> {
-    json(status, &serde_json::json!({ "error": code, "message": message }))
+    json(status, &ErrorBody { error: code, message })
 }
 
 /// The body of a denial. It names no key, IP or policy: those go to the logs only.
 pub fn denial(status: u16, retry_after_secs: u64) -> Response<Body> {
     json(
         status,
-        &serde_json::json!({
-            "error": "rate_limit_exceeded",
-            "message": format!("Too many requests. Retry after {retry_after_secs} s."),
-            "retry_after_seconds": retry_after_secs,
-        }),
+        &DenialBody {
+            error: "rate_limit_exceeded",
+            message: "Too many requests: retry after the number of seconds in Retry-After.",
+            retry_after_seconds: retry_after_secs,
+        },
     )
 }

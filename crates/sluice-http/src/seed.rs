@@ -4,7 +4,7 @@
 //! `{"status":"ok"}`, and everything else is a JSON 404. A non-GET on `/api/hello` is 405 with
 //! `Allow: GET`, counted against the limit as in the tutorial (the limit is checked first).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::{ALLOW, HeaderName, HeaderValue};
@@ -121,6 +121,27 @@ pub struct SeedService {
     capacity: u64,
 }
 
+/// The tutorial's 429 body (`retryAfterSeconds`), with the snake-case field sluice uses elsewhere.
+#[derive(serde::Serialize)]
+struct SeedDenial {
+    error: &'static str,
+    message: &'static str,
+    #[serde(rename = "retryAfterSeconds")]
+    retry_after_camel: u64,
+    retry_after_seconds: u64,
+}
+
+#[derive(serde::Serialize)]
+struct SeedAllowed {
+    message: &'static str,
+    client: IpAddr,
+}
+
+#[derive(serde::Serialize)]
+struct Status {
+    status: &'static str,
+}
+
 static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
 static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 
@@ -132,8 +153,11 @@ impl SeedService {
 
     async fn hello(&self, peer: SocketAddr, method: &Method) -> Response<Body> {
         let ip = self.identity.client_ip(peer.ip(), &http::HeaderMap::new());
-        let grouped = self.identity.group(ip).to_string();
-        let check = [Check { policy: 0, key: self.hasher.hash(&[b"ip", grouped.as_bytes()]), cost: 1 }];
+        let grouped = match self.identity.group(ip) {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        let check = [Check { policy: 0, key: self.hasher.hash(&[b"ip", &grouped]), cost: 1 }];
         let decision = match self.store.decide(&check, None).await {
             Ok(v) => v.decisions[0],
             Err(e) => return crate::gateway::store_failure(&e),
@@ -144,15 +168,13 @@ impl SeedService {
         };
         if !decision.allowed {
             let secs = retry_after_secs(&decision);
-            let mut res = respond::json(
-                429,
-                &serde_json::json!({
-                    "error": "rate_limit_exceeded",
-                    "message": "Перевищено частоту запитів.",
-                    "retryAfterSeconds": secs,
-                    "retry_after_seconds": secs,
-                }),
-            );
+            let body = SeedDenial {
+                error: "rate_limit_exceeded",
+                message: "Перевищено частоту запитів.",
+                retry_after_camel: secs,
+                retry_after_seconds: secs,
+            };
+            let mut res = respond::json(429, &body);
             quota(&mut res);
             write_denial_headers(res.headers_mut(), secs);
             return res;
@@ -163,8 +185,7 @@ impl SeedService {
             res.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
             return res;
         }
-        let mut res =
-            respond::json(200, &serde_json::json!({ "message": "Запит дозволено.", "client": ip.to_string() }));
+        let mut res = respond::json(200, &SeedAllowed { message: "Запит дозволено.", client: ip });
         quota(&mut res);
         res
     }
@@ -174,7 +195,7 @@ impl Handler for SeedService {
     async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
         let path = req.uri().path();
         if req.method() == Method::GET && path == "/health" {
-            return Ok(respond::json(200, &serde_json::json!({ "status": "ok" })));
+            return Ok(respond::json(200, &Status { status: "ok" }));
         }
         if path == "/api/hello" {
             return Ok(self.hello(peer, req.method()).await);
