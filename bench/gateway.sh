@@ -30,7 +30,7 @@ SLUICE=target/release/sluice
 dir=$(mktemp -d)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" $(cat "$dir/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
   [ -f "$dir/nginx.pid" ] && kill "$(cat "$dir/nginx.pid")" 2>/dev/null || true
   rm -rf "$dir"
 }
@@ -73,7 +73,8 @@ wait_port "$NGX"
 start_seed() { # capacity refill
   local port; port=$(free_port)
   PORT=$port RATE_LIMIT_CAPACITY=$1 RATE_LIMIT_REFILL_PER_SECOND=$2 "$SLUICE" serve >/dev/null 2>&1 &
-  pids+=($!); wait_port "$port"; echo "$port"
+  echo "$!" >> "$dir/pids"  # this runs in a subshell: record the pid where cleanup finds it
+  wait_port "$port"; echo "$port"
 }
 S_OPEN=$(start_seed 1000000000 100000000)
 S_SHUT=$(start_seed 1 0.0001)

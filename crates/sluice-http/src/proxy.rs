@@ -14,12 +14,35 @@ use hyper_util::rt::TokioExecutor;
 use crate::body::ReplayBody;
 use crate::respond::{self, Body};
 
+type Pooled = Client<HttpConnector, ReplayBody>;
+
 /// A pooled HTTP/1.1 client for one upstream.
+///
+/// Each worker thread gets its own connection pool: a pooled connection is driven by a task on
+/// the runtime that opened it, so sharing one pool across the per-core runtimes would hand every
+/// proxied request to another thread and back.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, ReplayBody>,
+    id: u64,
     authority: http::uri::Authority,
     timeout: Duration,
+}
+
+thread_local! {
+    /// This thread's pools, by upstream id (a few: an entry per upstream configuration loaded).
+    static POOLS: std::cell::RefCell<Vec<(u64, Pooled)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Pools kept per thread; older ones (from configurations reloaded away) are dropped.
+const POOLS_PER_THREAD: usize = 4;
+
+fn new_pool() -> Pooled {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .build(connector)
 }
 
 impl Upstream {
@@ -27,13 +50,25 @@ impl Upstream {
     pub fn new(url: &str, timeout: Duration) -> Result<Self, String> {
         let uri: Uri = url.parse().map_err(|e| format!("upstream url `{url}`: {e}"))?;
         let authority = uri.authority().cloned().ok_or_else(|| format!("upstream url `{url}` has no host"))?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .build(connector);
-        Ok(Self { client, authority, timeout })
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Self { id, authority, timeout })
+    }
+
+    /// This thread's pool for this upstream.
+    fn pool(&self) -> Pooled {
+        POOLS.with(|pools| {
+            let mut pools = pools.borrow_mut();
+            if let Some((_, p)) = pools.iter().find(|(id, _)| *id == self.id) {
+                return p.clone();
+            }
+            if pools.len() >= POOLS_PER_THREAD {
+                pools.remove(0);
+            }
+            let p = new_pool();
+            pools.push((self.id, p.clone()));
+            p
+        })
     }
 
     /// Sends `req` (its body streamed) and returns the upstream's response (streamed), or a
@@ -50,7 +85,7 @@ impl Upstream {
         strip_hop_by_hop(&mut parts.headers);
         append_forwarded_for(&mut parts.headers, client_ip);
         let req = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+        match tokio::time::timeout(self.timeout, self.pool().request(req)).await {
             Ok(Ok(res)) => {
                 let (mut parts, body) = res.into_parts();
                 strip_hop_by_hop(&mut parts.headers);

@@ -80,6 +80,90 @@ pub async fn serve<H: Handler>(
     Ok(())
 }
 
+/// Listening sockets on one address, one per worker thread, sharing the port (`SO_REUSEPORT`
+/// where the system has it) so that the kernel spreads new connections across the workers.
+#[derive(Debug)]
+pub struct Listeners {
+    sockets: Vec<std::net::TcpListener>,
+    addr: SocketAddr,
+}
+
+impl Listeners {
+    /// Binds `count` sockets (at least 1) to `addr`; port 0 picks one free port for all.
+    pub fn bind(addr: SocketAddr, count: usize) -> std::io::Result<Self> {
+        let first = bind_one(addr)?;
+        let addr = first.local_addr()?;
+        let mut sockets = vec![first];
+        for _ in 1..count.max(1) {
+            match bind_one(addr) {
+                Ok(s) => sockets.push(s),
+                // No port sharing here: the workers share the first socket instead.
+                Err(_) => sockets.push(sockets[0].try_clone()?),
+            }
+        }
+        Ok(Self { sockets, addr })
+    }
+
+    /// The address bound (with the port chosen, if 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+fn bind_one(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    #[cfg(all(unix, not(any(target_os = "solaris", target_os = "illumos"))))]
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        // Dual stack where the host allows it: IPv4 clients arrive as mapped addresses.
+        let _ = socket.set_only_v6(false);
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+/// Serves `handler` with one single-threaded runtime per listening socket (thread per core: no
+/// work stealing, no cross-thread wake-ups on the request path) until `shutdown` completes; then
+/// every worker stops accepting and drains its connections (for at most `drain`).
+pub async fn serve_per_core<H: Handler>(
+    listeners: Listeners,
+    handler: Arc<H>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    for (i, socket) in listeners.sockets.into_iter().enumerate() {
+        let handler = handler.clone();
+        let mut stopped = stopped.clone();
+        let worker = std::thread::Builder::new().name(format!("sluice-worker-{i}")).spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            runtime.block_on(async move {
+                let listener = TcpListener::from_std(socket)?;
+                let until = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                serve(listener, handler, until, drain).await
+            })
+        })?;
+        workers.push(worker);
+    }
+    shutdown.await;
+    let _ = stop.send(true);
+    let mut result = Ok(());
+    for w in workers {
+        let joined = tokio::task::spawn_blocking(move || w.join()).await;
+        if let Ok(Ok(Err(e))) = joined {
+            result = Err(e);
+        }
+    }
+    result
+}
+
 /// Completes on SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called, not
 /// when the future is first polled, so a signal that arrives right after start-up is not lost.
 pub fn termination() -> impl Future<Output = ()> + Send {

@@ -10,7 +10,7 @@ use sluice_core::{Policy, SystemClock};
 use sluice_http::gateway::Gateway;
 use sluice_http::observe::{self, admin::serve_admin};
 use sluice_http::seed::{SeedConfig, SeedService};
-use sluice_http::serve::{serve, termination};
+use sluice_http::serve::{Listeners, serve_per_core, termination};
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
 use tokio::net::TcpListener;
 
@@ -33,7 +33,9 @@ fn parse_drain(s: &str) -> Result<Duration, String> {
 
 /// Runs `sluice serve`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Client traffic runs on one single-threaded runtime per core (`serve_per_core`); this one
+    // runs signals, reloads and the admin listener.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         match args.config {
             None => seed(args.drain).await,
@@ -47,8 +49,8 @@ async fn seed(drain: Duration) -> anyhow::Result<()> {
     let bucket = cfg.policy().map_err(|e| anyhow!("{e}"))?;
     let policies = vec![NamedPolicy { name: "per-ip".into(), policy: Policy::from(bucket) }];
     let store = MemoryStore::new(policies, MemoryOptions::default(), Arc::new(SystemClock::new()));
-    let listener = bind_any(cfg.port).await?;
-    let addr = listener.local_addr()?;
+    let listeners = bind_any(cfg.port)?;
+    let addr = listeners.local_addr();
     let stop = termination();
     println!("sluice listening on http://{addr} (port {})", addr.port());
     println!(
@@ -56,17 +58,21 @@ async fn seed(drain: Duration) -> anyhow::Result<()> {
         cfg.capacity, cfg.refill_per_second
     );
     let service = Arc::new(SeedService::new(Arc::new(store), cfg.capacity));
-    serve(listener, service, stop, drain).await?;
+    serve_per_core(listeners, service, stop, drain).await?;
     println!("sluice stopped");
     Ok(())
 }
 
+/// Worker threads for client traffic: one per core.
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Binds all interfaces, IPv6 and IPv4 where the host allows both, else IPv4.
-async fn bind_any(port: u16) -> anyhow::Result<TcpListener> {
-    match TcpListener::bind(SocketAddr::from(([0u16; 8], port))).await {
+fn bind_any(port: u16) -> anyhow::Result<Listeners> {
+    match Listeners::bind(SocketAddr::from(([0u16; 8], port)), workers()) {
         Ok(l) => Ok(l),
-        Err(_) => TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port)))
-            .await
+        Err(_) => Listeners::bind(SocketAddr::from(([0, 0, 0, 0], port)), workers())
             .with_context(|| format!("cannot listen on port {port}")),
     }
 }
@@ -76,8 +82,8 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let listen = config.server.listen;
     let factory = crate::stores::factory(&config)?;
     let gateway = Arc::new(Gateway::new(config, factory).map_err(|e| anyhow!("{e}"))?);
-    let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    let addr = listener.local_addr()?;
+    let listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listeners.local_addr();
     // The admin listener (metrics, health, config) is apart from client traffic; it stops
     // once client requests are drained.
     let admin = match gateway.config().config.admin.as_ref().map(|a| a.listen) {
@@ -95,7 +101,7 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let stop = termination();
     tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone()));
     observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
-    serve(listener, gateway, stop, drain).await?;
+    serve_per_core(listeners, gateway, stop, drain).await?;
     if let Some((_, stop, task)) = admin {
         let _ = stop.send(());
         let _ = task.await;
