@@ -111,18 +111,18 @@ impl Contenders {
     }
 
     fn sluice_hashed(&self, k: usize) -> bool {
-        let check = [Check { policy: 0, key: spread(k as u64), cost: 1 }];
-        self.sluice.decide_now(&check).is_ok_and(|v| v.allowed)
+        let check = Check { policy: 0, key: spread(k as u64), cost: 1 };
+        self.sluice.decide_one_now(&check).is_ok_and(|d| d.allowed)
     }
 
     fn sluice_raw(&self, k: usize) -> bool {
         let key = self.hasher.hash(&[&(k as u64).to_le_bytes()]);
-        self.sluice.decide_now(&[Check { policy: 0, key, cost: 1 }]).is_ok_and(|v| v.allowed)
+        self.sluice.decide_one_now(&Check { policy: 0, key, cost: 1 }).is_ok_and(|d| d.allowed)
     }
 
     fn sluice_tsc(&self, k: usize) -> bool {
-        let check = [Check { policy: 0, key: spread(k as u64), cost: 1 }];
-        self.sluice_tsc.decide_now(&check).is_ok_and(|v| v.allowed)
+        let check = Check { policy: 0, key: spread(k as u64), cost: 1 };
+        self.sluice_tsc.decide_one_now(&check).is_ok_and(|d| d.allowed)
     }
 
     fn governor(&self, k: usize) -> bool {

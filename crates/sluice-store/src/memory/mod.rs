@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use sluice_core::{Clock, Nanos};
+use sluice_core::{Clock, Decision, Nanos};
 
 use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
 use table::Table;
@@ -120,6 +120,18 @@ impl MemoryStore {
     /// Decides the checks of one request at `now`.
     pub fn decide_at(&self, checks: &[Check], now: Nanos) -> Result<Verdict, StoreError> {
         request::decide(&self.policies, &self.tables, checks, now)
+    }
+
+    /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
+    /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
+    pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
+        request::validate(&self.policies, std::slice::from_ref(check))?;
+        request::decide_single(&self.tables[check.policy], check, now)
+    }
+
+    /// [`Self::decide_one_at`] at the store clock's `now`.
+    pub fn decide_one_now(&self, check: &Check) -> Result<Decision, StoreError> {
+        self.decide_one_at(check, self.clock.now())
     }
 
     /// Decides the checks of one request at the store clock's `now`.

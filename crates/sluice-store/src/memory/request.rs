@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
-use sluice_core::{CostError, Nanos, Policy, State};
+use sluice_core::{CostError, Decision, Nanos, Policy, State};
 
 use super::shard::{ShardError, ShardOps};
 use super::table::Table;
@@ -26,7 +26,7 @@ pub(crate) fn decide(
 }
 
 /// Rejects unknown policies and costs that can never be admitted, before anything is locked.
-fn validate(policies: &[NamedPolicy], checks: &[Check]) -> Result<(), StoreError> {
+pub(crate) fn validate(policies: &[NamedPolicy], checks: &[Check]) -> Result<(), StoreError> {
     for (index, c) in checks.iter().enumerate() {
         let Some(p) = policies.get(c.policy) else {
             return Err(StoreError::UnknownPolicy { index, policy: c.policy });
@@ -46,9 +46,13 @@ fn full(table: &Table) -> StoreError {
 
 /// The common case: one check, one shard, decided in place.
 fn decide_one(table: &Table, check: &Check, now: Nanos) -> Result<Verdict, StoreError> {
-    let result = table.lock(table.shard_of(&check.key)).decide_one(&check.key, now, check.cost);
-    match result {
-        Ok(d) => Ok(Verdict { allowed: d.allowed, decisions: vec![d] }),
+    decide_single(table, check, now).map(|d| Verdict { allowed: d.allowed, decisions: vec![d] })
+}
+
+/// One check, with no `Verdict` to allocate.
+pub(crate) fn decide_single(table: &Table, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
+    match table.lock(table.shard_of(&check.key)).decide_one(&check.key, now, check.cost) {
+        Ok(d) => Ok(d),
         Err(ShardError::Cost(source)) => Err(StoreError::Cost { index: 0, source }),
         Err(ShardError::Full) => Err(full(table)),
     }
