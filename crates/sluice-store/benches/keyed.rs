@@ -9,8 +9,8 @@
 //! SipHash first, as the gateway does; governor hashes its key with SipHash inside the DashMap).
 //! governor runs twice: keyed by a `u64` (its best case, 16-byte buckets) and by 16 bytes (the
 //! width of the key hash sluice stores). All read the time on every decision: sluice its
-//! `SystemClock` (the monotonic clock through the vDSO), governor its TSC clock (quanta);
-//! `sluice-tsc` is the store with a clock over that same TSC clock, to show the clock's share. After criterion's groups, a short timed run prints the
+//! `SystemClock`, governor its default clock (both read the CPU's counter through quanta). Each
+//! contender has its own store or limiter. After criterion's groups, a short timed run prints the
 //! decisions per second of each and the ratio.
 
 use std::hint::black_box;
@@ -20,9 +20,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use governor::clock::{Clock as _, QuantaClock, QuantaInstant, Reference as _};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use sluice_core::{Clock, NANOS_PER_SEC, Nanos, Policy, SystemClock, TokenBucket};
+use sluice_core::{Policy, SystemClock, TokenBucket};
 use sluice_store::{Check, KeyHash, KeyHasher, MemoryOptions, MemoryStore, NamedPolicy};
 
 const KEYS: u64 = 100_000;
@@ -46,30 +45,9 @@ const REGIMES: [Regime; 2] = [
     Regime { name: "deny", capacity: 1, per_second: 1 },
 ];
 
-/// A sluice clock over governor's TSC clock (quanta): what the store costs with a clock as cheap
-/// as governor's. `SystemClock` reads the monotonic clock through the vDSO instead.
-struct TscClock {
-    clock: QuantaClock,
-    start: QuantaInstant,
-}
-
-impl TscClock {
-    fn new() -> Self {
-        let clock = QuantaClock::default();
-        let start = clock.now();
-        Self { clock, start }
-    }
-}
-
-impl Clock for TscClock {
-    fn now(&self) -> Nanos {
-        NANOS_PER_SEC + self.clock.now().duration_since(self.start).as_u64()
-    }
-}
-
 struct Contenders {
     sluice: MemoryStore,
-    sluice_tsc: MemoryStore,
+    sluice_hashing: MemoryStore,
     governor: DefaultKeyedRateLimiter<u64>,
     governor_wide: DefaultKeyedRateLimiter<[u8; 16]>,
     hasher: KeyHasher,
@@ -93,17 +71,18 @@ impl Contenders {
         let bucket = TokenBucket::new(u64::from(r.capacity), f64::from(r.per_second)).expect("valid bucket");
         let policy = NamedPolicy { name: r.name.into(), policy: Policy::from(bucket) };
         let options = MemoryOptions::default();
+        // One store per contender: a shared store would hold both contenders' keys (twice the
+        // table, more cache misses) and charge one's time to the other.
         let sluice = MemoryStore::new(vec![policy.clone()], options, Arc::new(SystemClock::new()));
-        let sluice_tsc = MemoryStore::new(vec![policy], options, Arc::new(TscClock::new()));
+        let sluice_hashing = MemoryStore::new(vec![policy], options, Arc::new(SystemClock::new()));
         let nz = |n: u32| NonZeroU32::new(n).expect("non-zero");
         let quota = Quota::per_second(nz(r.per_second)).allow_burst(nz(r.capacity));
         let (governor, governor_wide) = (RateLimiter::keyed(quota), RateLimiter::keyed(quota));
-        let c = Self { sluice, sluice_tsc, governor, governor_wide, hasher: KeyHasher::random() };
+        let c = Self { sluice, sluice_hashing, governor, governor_wide, hasher: KeyHasher::random() };
         // Every key known to each contender before measuring.
         for k in 0..KEYS as usize {
             c.sluice_hashed(k);
             c.sluice_raw(k);
-            c.sluice_tsc(k);
             c.governor(k);
             c.governor_wide(k);
         }
@@ -117,12 +96,7 @@ impl Contenders {
 
     fn sluice_raw(&self, k: usize) -> bool {
         let key = self.hasher.hash(&[&(k as u64).to_le_bytes()]);
-        self.sluice.decide_one_now(&Check { policy: 0, key, cost: 1 }).is_ok_and(|d| d.allowed)
-    }
-
-    fn sluice_tsc(&self, k: usize) -> bool {
-        let check = Check { policy: 0, key: spread(k as u64), cost: 1 };
-        self.sluice_tsc.decide_one_now(&check).is_ok_and(|d| d.allowed)
+        self.sluice_hashing.decide_one_now(&Check { policy: 0, key, cost: 1 }).is_ok_and(|d| d.allowed)
     }
 
     fn governor(&self, k: usize) -> bool {
@@ -138,15 +112,14 @@ impl Contenders {
 
 type Contender = fn(&Contenders, usize) -> bool;
 
-const CONTENDERS: [(&str, Contender); 5] = [
+const CONTENDERS: [(&str, Contender); 4] = [
     ("sluice", Contenders::sluice_hashed),
     ("sluice+hash", Contenders::sluice_raw),
-    ("sluice-tsc", Contenders::sluice_tsc),
     ("governor", Contenders::governor),
     ("governor-16B", Contenders::governor_wide),
 ];
 /// The reference: governor with 8-byte keys, its best case.
-const GOVERNOR: usize = 3;
+const GOVERNOR: usize = 2;
 
 /// `iters` decisions on each of `threads` threads; the wall time of the whole.
 fn on_threads(c: &Arc<Contenders>, f: Contender, threads: u64, iters: u64) -> Duration {
