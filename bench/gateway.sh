@@ -6,7 +6,8 @@
 #   DURATION=5s CONNECTIONS=64 bash bench/gateway.sh
 #
 # Cases: the demo route /api/hello answered by the server itself, admitted and denied; and proxy
-# mode, where both forward admitted requests to the same upstream (a static nginx server).
+# mode, where both forward admitted requests to the same upstream (a separate static nginx
+# process with one worker).
 # nginx answers from a content handler (a static file): `return` would run before limit_req.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ dir=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}" $(cat "$dir/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
-  [ -f "$dir/nginx.pid" ] && kill "$(cat "$dir/nginx.pid")" 2>/dev/null || true
+  for f in "$dir/nginx.pid" "$dir/up/nginx.pid"; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -63,11 +64,26 @@ http {
     location = /proxy/hello { limit_req zone=open burst=100000000 nodelay;
       proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://up/hello.json; }
   }
+}
+NGINX
+# The upstream is a process of its own for both front ends: inside the front nginx, a proxied
+# request would never leave the worker that received it.
+mkdir -p "$dir/up"
+cat > "$dir/up/nginx.conf" <<NGINX
+worker_processes 1;
+pid $dir/up/nginx.pid;
+error_log $dir/up/error.log crit;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  default_type application/json;
+  keepalive_requests 100000;
   server { listen 127.0.0.1:$UP; root $dir/www; location / { try_files /hello.json =404; } }
 }
 NGINX
 nginx -c "$dir/nginx.conf" -p "$dir"
-wait_port "$NGX"
+nginx -c "$dir/up/nginx.conf" -p "$dir/up"
+wait_port "$NGX"; wait_port "$UP"
 
 # sluice, demo route: the seed service with a bucket that never runs dry / never refills.
 start_seed() { # capacity refill
