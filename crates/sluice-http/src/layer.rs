@@ -255,12 +255,7 @@ where
             let unix_now = shared.clock.now() / 1_000_000_000;
             if !outcome.allowed {
                 let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
-                let body = serde_json::json!({
-                    "error": "rate_limit_exceeded",
-                    "message": format!("Too many requests. Retry after {secs} s."),
-                    "retry_after_seconds": secs,
-                });
-                let mut res = Response::new(R::from(Bytes::from(body.to_string())));
+                let mut res = Response::new(R::from(crate::respond::denial_body(secs)));
                 *res.status_mut() = shared.deny_status;
                 res.headers_mut().insert(
                     http::header::CONTENT_TYPE,

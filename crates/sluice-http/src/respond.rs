@@ -51,12 +51,18 @@ pub fn error(status: u16, code: &str, message: &str) -> Response<Body> {
 
 /// The body of a denial. It names no key, IP or policy: those go to the logs only.
 pub fn denial(status: u16, retry_after_secs: u64) -> Response<Body> {
-    json(
-        status,
-        &DenialBody {
-            error: "rate_limit_exceeded",
-            message: "Too many requests: retry after the number of seconds in Retry-After.",
-            retry_after_seconds: retry_after_secs,
-        },
-    )
+    json(status, &denial_payload(retry_after_secs))
+}
+
+/// The JSON bytes of a denial's body, for faces with their own body type (the tower layer).
+pub fn denial_body(retry_after_secs: u64) -> Bytes {
+    Bytes::from(serde_json::to_vec(&denial_payload(retry_after_secs)).unwrap_or_default())
+}
+
+fn denial_payload(retry_after_seconds: u64) -> DenialBody {
+    DenialBody {
+        error: "rate_limit_exceeded",
+        message: "Too many requests: retry after the number of seconds in Retry-After.",
+        retry_after_seconds,
+    }
 }
