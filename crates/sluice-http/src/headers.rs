@@ -30,7 +30,8 @@ static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Writes the rate-limit headers of `view` in each of `styles`. `unix_now` (seconds) is used by
+/// Writes the rate-limit headers of `view` in each of `styles` (with both `draft-6` and `ietf`,
+/// `RateLimit-Policy` takes the `ietf` form only). `unix_now` (seconds) is used by
 /// `x-ratelimit`, whose reset is an absolute time.
 ///
 /// ```
@@ -56,7 +57,11 @@ pub fn write_rate_limit_headers(out: &mut HeaderMap, styles: &[HeaderStyle], vie
                 out.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit));
                 out.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(d.remaining));
                 out.insert(RATELIMIT_RESET.clone(), HeaderValue::from(reset));
-                if let Ok(v) = HeaderValue::from_str(&format!("{};w={window}", d.limit)) {
+                // Both styles name a `RateLimit-Policy` header, in two syntaxes: with `ietf`
+                // also configured, only its (current) form is sent.
+                if !styles.contains(&HeaderStyle::Ietf)
+                    && let Ok(v) = HeaderValue::from_str(&format!("{};w={window}", d.limit))
+                {
                     out.append(RATELIMIT_POLICY.clone(), v);
                 }
             }

@@ -88,6 +88,8 @@ impl Upstream {
         match tokio::time::timeout(self.timeout, self.pool().request(req)).await {
             Ok(Ok(res)) => {
                 let (mut parts, body) = res.into_parts();
+                // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
+                parts.version = http::Version::HTTP_11;
                 strip_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, Either::<_, Incoming>::Right(body))
             }
