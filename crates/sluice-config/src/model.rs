@@ -32,6 +32,8 @@ pub struct Server {
     pub listen: SocketAddr,
     /// Peers whose forwarding headers are believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// The forwarding header those peers write.
+    pub forwarded_header: ForwardedHeader,
     /// IPv6 clients are grouped by this prefix length.
     pub ipv6_prefix: u8,
     /// Rate-limit header styles to send.
@@ -50,6 +52,19 @@ pub struct Server {
     pub key_secret: Option<String>,
     /// Serve `POST /v1/check`; `None`: only when there is no upstream (a decision service).
     pub decision_api: Option<bool>,
+}
+
+/// Which forwarding header the trusted proxies write (`server.forwarded_header`).
+///
+/// Only that header is read: proxies append to one header and pass the other through as the
+/// client sent it, so reading "whichever is present" would let a client name itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, HAProxy, most load balancers).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+    Forwarded,
 }
 
 /// A rate-limit header style (DESIGN §2).

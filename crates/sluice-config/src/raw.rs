@@ -23,6 +23,7 @@ pub(crate) struct RawServer {
     pub listen: Option<String>,
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    pub forwarded_header: Option<String>,
     pub ipv6_prefix: Option<u8>,
     pub headers: Option<Vec<String>>,
     pub deny_status: Option<u16>,

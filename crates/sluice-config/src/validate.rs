@@ -84,6 +84,13 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<Ser
             .map_err(|_| err("trusted_proxies", format!("`{p}` is not an address or CIDR block like `10.0.0.0/8`")))?;
         trusted_proxies.push(net.trunc());
     }
+    let forwarded_header = match s.forwarded_header.as_deref().unwrap_or("x-forwarded-for") {
+        "x-forwarded-for" => ForwardedHeader::XForwardedFor,
+        "forwarded" => ForwardedHeader::Forwarded,
+        other => {
+            return Err(err("forwarded_header", format!("`{other}` is neither `x-forwarded-for` nor `forwarded`")));
+        }
+    };
     let ipv6_prefix = s.ipv6_prefix.unwrap_or(56);
     if ipv6_prefix > 128 {
         return Err(err("ipv6_prefix", format!("{ipv6_prefix} is not a prefix length (0 to 128)")));
@@ -123,6 +130,7 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<Ser
     Ok(Server {
         listen,
         trusted_proxies,
+        forwarded_header,
         ipv6_prefix,
         headers,
         deny_status,

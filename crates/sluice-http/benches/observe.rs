@@ -60,6 +60,7 @@ fn bench(c: &mut Criterion) {
         decisions: verdict.decisions.clone(),
         describe: verdict.tightest(),
         shadow_denied: Vec::new(),
+        not_evaluated: Vec::new(),
     };
     let timing = Timing { decision_ns: 4_000, store_ns: 2_000 };
 

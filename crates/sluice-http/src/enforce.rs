@@ -28,6 +28,9 @@ pub struct Outcome {
     pub describe: Option<usize>,
     /// Indices of shadow checks that would have denied.
     pub shadow_denied: Vec<usize>,
+    /// Indices of shadow checks not decided: the enforced limits denied the request, so, as if
+    /// enforced, the shadow policy would have been charged nothing (or its store failed).
+    pub not_evaluated: Vec<usize>,
 }
 
 impl Outcome {
@@ -84,26 +87,45 @@ impl Enforcer {
         if !any_shadow {
             let v = self.store.decide(checks, None).await?;
             let describe = v.tightest();
-            return Ok(Outcome { allowed: v.allowed, decisions: v.decisions, describe, shadow_denied: Vec::new() });
+            return Ok(Outcome {
+                allowed: v.allowed,
+                decisions: v.decisions,
+                describe,
+                shadow_denied: Vec::new(),
+                not_evaluated: Vec::new(),
+            });
         }
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(|p| p.shadow));
         let pick = |idx: &[usize]| idx.iter().map(|&i| checks[i]).collect::<Vec<_>>();
         let enforced_v = self.store.decide(&pick(&enforced), None).await?;
-        let shadow_v = self.store.decide(&pick(&shadow), None).await?;
         let mut decisions = vec![enforced_v.decisions.first().copied().unwrap_or(NO_DECISION); checks.len()];
         for (j, &i) in enforced.iter().enumerate() {
             decisions[i] = enforced_v.decisions[j];
         }
-        let mut shadow_denied = Vec::new();
+        let describe = enforced_v.tightest().map(|j| enforced[j]);
+        let (mut shadow_denied, mut not_evaluated) = (Vec::new(), Vec::new());
+        // Shadow policies are charged only when the request is admitted, as they would be if
+        // enforced (all or nothing); a shadow store failure never fails the request.
+        let shadow_v = match enforced_v.allowed {
+            true => self.store.decide(&pick(&shadow), None).await.ok(),
+            false => None,
+        };
         for (j, &i) in shadow.iter().enumerate() {
-            decisions[i] = shadow_v.decisions[j];
-            if !shadow_v.decisions[j].allowed {
-                shadow_denied.push(i);
+            match &shadow_v {
+                Some(v) => {
+                    decisions[i] = v.decisions[j];
+                    if !v.decisions[j].allowed {
+                        shadow_denied.push(i);
+                    }
+                }
+                None => {
+                    decisions[i] = NO_DECISION;
+                    not_evaluated.push(i);
+                }
             }
         }
-        let describe = enforced_v.tightest().map(|j| enforced[j]);
-        Ok(Outcome { allowed: enforced_v.allowed, decisions, describe, shadow_denied })
+        Ok(Outcome { allowed: enforced_v.allowed, decisions, describe, shadow_denied, not_evaluated })
     }
 }
 

@@ -9,11 +9,11 @@ use arc_swap::ArcSwap;
 use http::header::HeaderValue;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
-use sluice_config::{Config, OnDeny};
+use sluice_config::{Config, KeySource, OnDeny, Route, normalize_path};
 use sluice_core::{Clock, SystemClock};
 use sluice_store::{Check, KeyHasher, Store, StoreError};
 
-use crate::body::{ReplayBody, read_prefix};
+use crate::body::{Prefix, ReplayBody, read_prefix};
 use crate::check_api;
 use crate::enforce::{Enforcer, Outcome, PolicyInfo};
 use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_rate_limit_headers};
@@ -66,7 +66,8 @@ impl Loaded {
             .iter()
             .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow })
             .collect();
-        let identity = ClientIdentity::new(config.server.trusted_proxies.clone(), config.server.ipv6_prefix);
+        let identity = ClientIdentity::new(config.server.trusted_proxies.clone(), config.server.ipv6_prefix)
+            .with_header(config.server.forwarded_header);
         let upstream =
             config.upstream.as_ref().map(|u| Upstream::new(&u.url, Duration::from_nanos(u.timeout))).transpose()?;
         let decision_api = config.server.decision_api.unwrap_or(config.upstream.is_none());
@@ -202,10 +203,10 @@ impl Gateway {
             // A client trickling its body must not hold a slot in `max_in_flight` for long.
             match tokio::time::timeout(BODY_READ_TIMEOUT, read_prefix(body, loaded.config.server.max_body_bytes)).await
             {
-                Ok(Ok(prefix)) => {
-                    let json = if prefix.complete { serde_json::from_slice(&prefix.bytes).ok() } else { None };
-                    (json, prefix.body)
-                }
+                Ok(Ok(prefix)) => match json_key_source(route, &prefix) {
+                    Ok(json) => (json, prefix.body),
+                    Err(why) => return Ok(respond::error(400, "bad_request", why)),
+                },
                 Ok(Err(_)) => return Ok(respond::error(400, "bad_request", "The request body could not be read.")),
                 Err(_) => return Ok(respond::error(408, "request_timeout", "The request body came too slowly.")),
             }
@@ -214,9 +215,12 @@ impl Gateway {
         };
 
         let started = Instant::now();
+        // The `path` key part is the normalised path routes match on: spellings of one resource
+        // share one key.
+        let normal_path = normalize_path(&path);
         let facts = RequestFacts {
             method: &method,
-            path: &path,
+            path: &normal_path,
             route: &route.name,
             client: loaded.identity.group(client),
             peer_trusted: loaded.identity.is_trusted(peer_ip),
@@ -287,6 +291,30 @@ impl Gateway {
         log(res.status().as_u16());
         Ok(res)
     }
+}
+
+/// The JSON a route's `json:` key parts read, or the answer refusing the request when its body
+/// is readable but cannot be keyed: not JSON (400), or naming the account with an array or an
+/// object (400) that an upstream might still coerce. A body larger than `max_body_bytes` is
+/// forwarded intact, and like an empty body or a missing field it has no key: such requests share
+/// one "absent" key, so together they get one account's allowance, never one each.
+fn json_key_source(route: &Route, prefix: &Prefix) -> Result<Option<serde_json::Value>, &'static str> {
+    if !prefix.complete || prefix.bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(&prefix.bytes) else {
+        return Err("This route needs a JSON request body.");
+    };
+    let pointers = route.limits.iter().flat_map(|l| l.key.parts.iter().flatten()).filter_map(|s| match s {
+        KeySource::Json(p) => Some(p.as_str()),
+        _ => None,
+    });
+    for p in pointers {
+        if matches!(json.pointer(p), Some(serde_json::Value::Array(_) | serde_json::Value::Object(_))) {
+            return Err("A field this route is limited by must be a string or a number.");
+        }
+    }
+    Ok(Some(json))
 }
 
 /// The limit a response describes: the one that denied, or the one closest to denying.

@@ -6,13 +6,16 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use http::HeaderMap;
 use ipnet::IpNet;
 
+pub use sluice_config::ForwardedHeader;
+
 /// Resolves the client address of a request.
 ///
-/// The socket peer is the client unless it is a trusted proxy. Then the forwarding chain
-/// (`Forwarded` if present, else `X-Forwarded-For`) is walked from the right, skipping trusted
-/// hops; the first untrusted address is the client. The leftmost entry is never believed just
-/// for being leftmost: a client can write anything there. A malformed chain falls back to the
-/// peer. IPv4-mapped IPv6 addresses are unwrapped.
+/// The socket peer is the client unless it is a trusted proxy. Then the forwarding chain (the
+/// one header the proxies are configured to write) is walked from the right, skipping trusted
+/// hops; the first untrusted address is the client. Entries left of it are never read: a client
+/// can write anything there. A malformed entry reached before any untrusted address ends the walk
+/// at the last trusted hop (the request is keyed as that proxy), so garbage can neither name
+/// another client nor move the real one. IPv4-mapped IPv6 addresses are unwrapped.
 ///
 /// ```
 /// use sluice_http::identity::ClientIdentity;
@@ -27,12 +30,20 @@ use ipnet::IpNet;
 pub struct ClientIdentity {
     trusted: Vec<IpNet>,
     ipv6_prefix: u8,
+    header: ForwardedHeader,
 }
 
 impl ClientIdentity {
-    /// Trusts `trusted` proxies; groups IPv6 clients by `ipv6_prefix` bits.
+    /// Trusts `trusted` proxies (writing `X-Forwarded-For`); groups IPv6 clients by
+    /// `ipv6_prefix` bits.
     pub fn new(trusted: Vec<IpNet>, ipv6_prefix: u8) -> Self {
-        Self { trusted, ipv6_prefix: ipv6_prefix.min(128) }
+        Self { trusted, ipv6_prefix: ipv6_prefix.min(128), header: ForwardedHeader::XForwardedFor }
+    }
+
+    /// Reads `header` instead of `X-Forwarded-For`.
+    pub fn with_header(mut self, header: ForwardedHeader) -> Self {
+        self.header = header;
+        self
     }
 
     /// True when `ip` is one of the trusted proxies.
@@ -47,12 +58,27 @@ impl ClientIdentity {
         if !self.is_trusted(peer) {
             return peer;
         }
-        let chain =
-            if headers.contains_key(http::header::FORWARDED) { forwarded_chain(headers) } else { xff_chain(headers) };
-        let Some(chain) = chain else { return peer };
+        let name = match self.header {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            ForwardedHeader::Forwarded => "forwarded",
+        };
+        // Every entry of every line of the header, in order; parsed only as far as needed.
+        let mut entries: Vec<&str> = Vec::new();
+        for value in headers.get_all(name) {
+            match value.to_str() {
+                Ok(text) => entries.extend(text.split(',')),
+                // A line that is not text: an entry nobody can read.
+                Err(_) => entries.push("\u{0}"),
+            }
+        }
         let mut client = peer;
-        for hop in chain.iter().rev() {
-            client = unmap(*hop);
+        for entry in entries.iter().rev() {
+            let hop = match self.header {
+                ForwardedHeader::XForwardedFor => parse_node(entry.trim()),
+                ForwardedHeader::Forwarded => forwarded_for(entry),
+            };
+            let Some(hop) = hop else { return client };
+            client = unmap(hop);
             if !self.is_trusted(client) {
                 return client;
             }
@@ -81,36 +107,17 @@ fn unmap(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// All `X-Forwarded-For` entries, in order; `None` if any entry is not an address.
-fn xff_chain(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
-    let mut out = Vec::new();
-    for value in headers.get_all("x-forwarded-for") {
-        let text = value.to_str().ok()?;
-        for entry in text.split(',') {
-            out.push(parse_node(entry.trim())?);
+/// The `for=` node of one `Forwarded` element (RFC 7239); `None` if the element is malformed, has
+/// no `for=`, or hides its node (`unknown`, `_hidden`): an address we cannot check.
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    let mut node = None;
+    for pair in element.split(';') {
+        let (k, v) = pair.trim().split_once('=')?;
+        if k.trim().eq_ignore_ascii_case("for") {
+            node = Some(parse_node(v.trim().trim_matches('"'))?);
         }
     }
-    Some(out)
-}
-
-/// All `for=` nodes of `Forwarded` (RFC 7239), in order; `None` if any is malformed or
-/// obfuscated (`unknown`, `_hidden`): an address we cannot check cannot be trusted past.
-fn forwarded_chain(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
-    let mut out = Vec::new();
-    for value in headers.get_all(http::header::FORWARDED) {
-        let text = value.to_str().ok()?;
-        for element in text.split(',') {
-            let mut node = None;
-            for pair in element.split(';') {
-                let (k, v) = pair.trim().split_once('=')?;
-                if k.trim().eq_ignore_ascii_case("for") {
-                    node = Some(parse_node(v.trim().trim_matches('"'))?);
-                }
-            }
-            out.push(node?);
-        }
-    }
-    Some(out)
+    node
 }
 
 /// `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443`.
@@ -166,24 +173,44 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_header_wins_and_parses_rfc7239_forms() {
+    fn only_the_configured_header_is_read() {
         let h = headers(&[
-            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "198.51.100.1"),
             ("forwarded", r#"for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711""#),
         ]);
-        assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("2001:db8:cafe::17"));
+        // The default reads X-Forwarded-For: a client's own Forwarded header names nobody.
+        assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("198.51.100.1"));
+        let fwd = id().with_header(ForwardedHeader::Forwarded);
+        assert_eq!(fwd.client_ip(ip("10.0.0.1"), &h), ip("2001:db8:cafe::17"));
+        // No header of the configured kind: the peer.
+        let only_fwd = headers(&[("forwarded", "for=192.0.2.60")]);
+        assert_eq!(id().client_ip(ip("10.0.0.1"), &only_fwd), ip("10.0.0.1"));
     }
 
     #[test]
-    fn malformed_chains_fall_back_to_the_peer() {
-        for bad in ["not-an-ip", "1.2.3.4, ,", "[::1", "1.2.3.4:99999", "😀"] {
+    fn malformed_entries_before_any_client_key_the_request_as_the_proxy() {
+        for bad in ["not-an-ip", "1.2.3.4, ,", "[::1", "1.2.3.4:99999", "😀", "10.1.1.1, x, 10.2.2.2"] {
             let h = headers(&[("x-forwarded-for", bad)]);
-            assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("10.0.0.1"), "{bad}");
+            let got = id().client_ip(ip("10.0.0.1"), &h);
+            assert!(id().is_trusted(got), "{bad}: {got}");
         }
+        let fwd = id().with_header(ForwardedHeader::Forwarded);
         for bad in ["for=unknown", "for=_hidden", "proto=http", "for"] {
             let h = headers(&[("forwarded", bad)]);
-            assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("10.0.0.1"), "{bad}");
+            assert_eq!(fwd.client_ip(ip("10.0.0.1"), &h), ip("10.0.0.1"), "{bad}");
         }
+    }
+
+    #[test]
+    fn garbage_left_of_the_client_is_never_read() {
+        // A client that writes junk (or `unknown`) keeps its own address behind the proxy.
+        for chain in ["x, 203.0.113.7", "unknown, 203.0.113.7", ",,, 203.0.113.7, 10.9.9.9"] {
+            let h = headers(&[("x-forwarded-for", chain)]);
+            assert_eq!(id().client_ip(ip("10.0.0.1"), &h), ip("203.0.113.7"), "{chain}");
+        }
+        let fwd = id().with_header(ForwardedHeader::Forwarded);
+        let h = headers(&[("forwarded", "for=_hidden, garbage, for=203.0.113.7")]);
+        assert_eq!(fwd.client_ip(ip("10.0.0.1"), &h), ip("203.0.113.7"));
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub struct RateLimitLayerBuilder {
     store: Arc<dyn Store>,
     limits: Vec<(String, KeySpec, u64)>,
     trusted: Vec<IpNet>,
+    forwarded: sluice_config::ForwardedHeader,
     ipv6_prefix: u8,
     headers: Vec<HeaderStyle>,
     deny_status: u16,
@@ -56,6 +57,12 @@ impl RateLimitLayerBuilder {
     /// Proxies whose forwarding headers are believed.
     pub fn trusted_proxies(mut self, nets: Vec<IpNet>) -> Self {
         self.trusted = nets;
+        self
+    }
+
+    /// The forwarding header the trusted proxies write (default `X-Forwarded-For`).
+    pub fn forwarded_header(mut self, header: sluice_config::ForwardedHeader) -> Self {
+        self.forwarded = header;
         self
     }
 
@@ -112,7 +119,7 @@ impl RateLimitLayerBuilder {
             shared: Arc::new(Shared {
                 enforcer: Enforcer::new(self.store, self.hasher, policies),
                 limits,
-                identity: ClientIdentity::new(self.trusted, self.ipv6_prefix),
+                identity: ClientIdentity::new(self.trusted, self.ipv6_prefix).with_header(self.forwarded),
                 headers: self.headers,
                 deny_status: StatusCode::from_u16(self.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
                 user_header: self.user_header,
@@ -169,6 +176,7 @@ impl RateLimitLayer {
             store,
             limits: Vec::new(),
             trusted: Vec::new(),
+            forwarded: sluice_config::ForwardedHeader::XForwardedFor,
             ipv6_prefix: 56,
             headers: vec![HeaderStyle::Draft6],
             deny_status: 429,
@@ -215,10 +223,11 @@ where
         let shared = self.shared.clone();
         let peer = (shared.peer)(req.extensions()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let client = shared.identity.client_ip(peer, req.headers());
+        let normal_path = sluice_config::normalize_path(req.uri().path()).into_owned();
         let facts = RequestFacts {
             method: req.method().as_str(),
-            path: req.uri().path(),
-            route: req.uri().path(),
+            path: &normal_path,
+            route: &normal_path,
             client: shared.identity.group(client),
             peer_trusted: shared.identity.is_trusted(peer),
             headers: req.headers(),

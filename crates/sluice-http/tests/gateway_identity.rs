@@ -62,8 +62,10 @@ async fn a_trusted_peers_chain_is_resolved_right_to_left_and_the_leftmost_entry_
     assert_eq!(status(&c, &[("x-forwarded-for", "192.0.2.99, 203.0.113.9, 10.1.2.3")]).await, 429);
     // The same chain split over several header lines is one list.
     assert_eq!(status(&c, &[("x-forwarded-for", "192.0.2.98"), ("x-forwarded-for", "203.0.113.9")]).await, 429);
-    // RFC 7239 `Forwarded` names the same client.
-    assert_eq!(status(&c, &[("forwarded", "for=192.0.2.97;proto=https, for=\"203.0.113.9:4711\"")]).await, 429);
+    // The proxies write X-Forwarded-For (the default): a `Forwarded` header the client sent
+    // itself names nobody, and the request is charged to the proxy.
+    assert_eq!(status(&c, &[("forwarded", "for=198.51.100.77")]).await, 200);
+    assert_eq!(status(&c, &[("x-forwarded-for", "198.51.100.77")]).await, 200);
     // Another client behind the same proxy has its own limit, and the peer itself is untouched.
     assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.9, 203.0.113.10")]).await, 200);
     assert_eq!(status(&c, &[]).await, 200);
@@ -87,8 +89,10 @@ async fn malformed_forwarding_headers_fall_back_to_the_peer_and_are_still_limite
     for (k, v) in bad {
         statuses.push(status(&c, &[(k, v)]).await);
     }
-    // Every one is charged to the peer (127.0.0.1), never to an address it names.
-    assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429]);
+    // A malformed chain is charged to the proxy (the peer 127.0.0.1), never to an address it
+    // names; garbage left of a valid client does not move it (the second request is charged to
+    // 203.0.113.10). `Forwarded` is not the configured header: those are the proxy's too.
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429, 429, 429]);
     // Bytes that are not text do not break the server either.
     let req = http::Request::builder()
         .uri(format!("http://{}/api/thing", gw.addr))
@@ -96,9 +100,13 @@ async fn malformed_forwarding_headers_fall_back_to_the_peer_and_are_still_limite
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .unwrap();
     assert_eq!(c.send(req).await.status, 429);
-    // The addresses the malformed headers named were never charged.
+    // 203.0.113.10 was charged once, 203.0.113.11 (named only in a `Forwarded`) never.
     assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.10")]).await, 200);
-    assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.11")]).await, 200);
+    assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.10")]).await, 200);
+    assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.10")]).await, 429);
+    for _ in 0..3 {
+        assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.11")]).await, 200);
+    }
 }
 
 #[tokio::test]
@@ -112,12 +120,29 @@ async fn ipv6_clients_in_one_prefix_share_a_limit_and_other_prefixes_do_not() {
         statuses.push(status(&c, &[("x-forwarded-for", ip)]).await);
     }
     assert_eq!(statuses, [200, 200, 200, 429]);
-    // The next /56 up, and a bracketed form with a port in `Forwarded`, are other clients.
+    // The next /56 up, and a bracketed form with a port, are other clients.
     assert_eq!(status(&c, &[("x-forwarded-for", "2001:db8:aa:200::1")]).await, 200);
-    assert_eq!(status(&c, &[("forwarded", "for=\"[2001:db8:ab:100::1]:443\"")]).await, 200);
+    assert_eq!(status(&c, &[("x-forwarded-for", "[2001:db8:ab:100::1]:443")]).await, 200);
     // An IPv4-mapped address is the IPv4 client.
     assert_eq!(status(&c, &[("x-forwarded-for", "::ffff:203.0.113.50")]).await, 200);
     assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.50")]).await, 200);
     assert_eq!(status(&c, &[("x-forwarded-for", "203.0.113.50")]).await, 200);
     assert_eq!(status(&c, &[("x-forwarded-for", "::ffff:203.0.113.50")]).await, 429);
+}
+
+#[tokio::test]
+async fn with_forwarded_configured_only_rfc7239_is_read() {
+    let config = trusted().replace("ipv6_prefix = 56", "ipv6_prefix = 56\nforwarded_header = \"forwarded\"");
+    let (gw, _clock) = start(&config).await;
+    let c = Client::new(gw.addr);
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        // The client writes what it likes on the left and in X-Forwarded-For: one client.
+        let fwd = format!("for=192.0.2.{i};proto=https, for=\"203.0.113.9:4711\"");
+        statuses.push(status(&c, &[("forwarded", &fwd), ("x-forwarded-for", &format!("198.51.100.{i}"))]).await);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    // Garbage left of the client does not move it; an unreadable rightmost element keys the proxy.
+    assert_eq!(status(&c, &[("forwarded", "nonsense, for=203.0.113.9")]).await, 429);
+    assert_eq!(status(&c, &[("forwarded", "for=203.0.113.9, for=unknown")]).await, 200);
 }

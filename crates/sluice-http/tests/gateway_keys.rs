@@ -80,18 +80,36 @@ async fn case_and_whitespace_variants_of_an_email_are_one_account() {
 }
 
 #[tokio::test]
-async fn a_request_without_the_field_or_with_a_broken_body_still_counts_against_a_shared_key() {
+async fn a_request_without_the_field_counts_against_a_shared_key_and_an_unkeyable_body_is_refused() {
+    // (max_body_bytes is the default 64 KiB here.)
     let (gw, _clock) = start(PASSWORD_RESET).await;
     let c = Client::new(gw.addr);
-    // Leaving the field out, or sending something that is not JSON, cannot escape the
-    // per-account limit: such requests share one "absent" key.
-    let bodies = [r#"{"name": "x"}"#, "not json", r#"{"email": ""}"#, r#"{"email": 5"#];
+    // Leaving the field out cannot escape the per-account limit: such requests share one
+    // "absent" key.
+    let bodies = [r#"{"name": "x"}"#, r#"{"email": ""}"#, "", r#"{"other": 1}"#];
     let mut statuses = Vec::new();
     for (i, b) in bodies.iter().enumerate() {
         let ip = format!("198.51.100.{}", 20 + i);
         statuses.push(c.post("/api/password-reset", &[("x-forwarded-for", &ip)], *b).await.status);
     }
     assert_eq!(statuses, [200, 200, 200, 429]);
+    // A body padded past max_body_bytes is forwarded but not keyed by account: it lands on the
+    // same shared "absent" key, already spent here, so padding escapes nothing.
+    let padded = format!(r#"{{"email": "victim@example.com", "pad": "{}"}}"#, "x".repeat(70 * 1024));
+    // A readable body the limiter cannot key is refused: an upstream that still reads the
+    // account from it would otherwise see requests escape the account's limit.
+    let refused = [
+        ("not json", 400),
+        (r#"{"email": 5"#, 400),
+        (r#"{"email": ["victim@example.com"]}"#, 400),
+        (r#"{"email": {"a": "victim@example.com"}}"#, 400),
+        (padded.as_str(), 429),
+    ];
+    for (i, (body, want)) in refused.iter().enumerate() {
+        let ip = format!("198.51.100.{}", 40 + i);
+        let res = c.post("/api/password-reset", &[("x-forwarded-for", &ip)], body.to_string()).await;
+        assert_eq!(res.status, *want, "{}", &body[..body.len().min(40)]);
+    }
 }
 
 #[tokio::test]

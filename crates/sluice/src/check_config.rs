@@ -55,6 +55,7 @@ pub fn describe(c: &Config) -> String {
             s.trusted_proxies.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
         }
     );
+    let _ = writeln!(out, "forwarding header read: {:?}", s.forwarded_header);
     let _ = writeln!(out, "ipv6 prefix: /{}", s.ipv6_prefix);
     let _ = writeln!(out, "headers: {}", s.headers.iter().map(|h| h.name()).collect::<Vec<_>>().join(", "));
     let _ = writeln!(out, "deny: status {} ({:?})", s.deny_status, s.on_deny);

@@ -145,6 +145,9 @@ impl Observed {
         self.observer.store_ok();
         let Some(h) = self.handles(route) else { return };
         for (i, (check, d)) in checks.iter().zip(&outcome.decisions).enumerate() {
+            if outcome.not_evaluated.contains(&i) {
+                continue;
+            }
             let slot = if route.is_some() { i } else { check.policy };
             let shadow = policies.get(check.policy).is_some_and(|p| p.shadow);
             let which = match (d.allowed, shadow) {
