@@ -9,6 +9,7 @@ fn the_documented_example_parses_into_the_expected_model() {
     let cfg = parse("gateway.toml", EXAMPLE).unwrap();
     assert_eq!(cfg.server.listen.to_string(), "0.0.0.0:8080");
     assert_eq!(cfg.server.trusted_proxies.len(), 2);
+    assert_eq!(cfg.server.forwarded_header, sluice_config::ForwardedHeader::XForwardedFor);
     assert_eq!(cfg.server.headers, vec![HeaderStyle::Draft6, HeaderStyle::Ietf]);
     assert_eq!(cfg.server.on_deny, OnDeny::Respond);
     assert_eq!(cfg.upstream.as_ref().unwrap().url, "http://127.0.0.1:9000");
@@ -87,6 +88,9 @@ fn errors_name_file_line_and_field() {
 
     let e = error_of("[[policy]]\nname = \"a\"\nalgorithm = \"sliding-log\"\nlimit = 100000001\nwindow = \"1s\"\n");
     assert!(e.starts_with("bad.toml:4: policy[0].limit:") && e.contains("use sliding-window"), "{e}");
+
+    let e = error_of("[server]\nforwarded_header = \"x-real-ip\"\n");
+    assert!(e.starts_with("bad.toml:2: server.forwarded_header:"), "{e}");
 
     let e = error_of("this is = = not toml");
     assert!(e.starts_with("bad.toml:1: (syntax):"), "{e}");
