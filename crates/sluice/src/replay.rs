@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::traffic::{TrafficArgs, duration};
+use crate::traffic::{PolicyArgs, TrafficArgs, duration};
 use anyhow::{Context, bail};
 use clap::builder::PossibleValuesParser;
 use reqwest::Url;
@@ -47,6 +47,8 @@ arrivals are also simulated under that policy and the summary says where live an
 pub struct Args {
     #[command(flatten)]
     traffic: TrafficArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// The URL to send the requests to (http only).
     #[arg(long)]
     url: String,
@@ -77,18 +79,6 @@ pub struct Args {
     /// key, as a server keying on the peer address sees it), ip (X-Forwarded-For) or account.
     #[arg(long, default_value = "global", value_parser = PossibleValuesParser::new(["ip", "account", "global"]))]
     keys: String,
-    /// Requests per window of the simulated window algorithms.
-    #[arg(long, default_value_t = 10)]
-    limit: u64,
-    /// The simulated window; also the interval of max_in_window.
-    #[arg(long, default_value = "1s", value_parser = duration)]
-    window: Nanos,
-    /// Capacity of the simulated token or leaky bucket.
-    #[arg(long, default_value_t = 20)]
-    capacity: u64,
-    /// Refill (token bucket) or rate (leaky bucket) per second of the simulated bucket.
-    #[arg(long, default_value_t = 10.0)]
-    refill: f64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -115,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.grace == 0 {
         bail!("--grace must be longer than 0");
     }
-    let limits = Limits { limit: args.limit, window: args.window, capacity: args.capacity, refill: args.refill };
+    let limits = args.policy.limits();
     let mut arrivals = arrivals(&args, &limits)?;
     let total = arrivals.len();
     let wanted = match args.requests {

@@ -5,10 +5,10 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::traffic::{TrafficArgs, duration};
+use crate::traffic::{PolicyArgs, TrafficArgs};
 use anyhow::{Context, bail};
 use clap::builder::PossibleValuesParser;
-use sluice_core::{ALGORITHM_NAMES, Decision, Nanos};
+use sluice_core::{ALGORITHM_NAMES, Decision};
 use sluice_sim::{Arrival, DecisionCsv, KeyScope, Lane, Limits, Observer, Report, RunInfo, Scenario, Simulation};
 
 /// Arguments of `sluice simulate`.
@@ -18,6 +18,8 @@ use sluice_sim::{Arrival, DecisionCsv, KeyScope, Lane, Limits, Observer, Report,
 pub struct Args {
     #[command(flatten)]
     traffic: TrafficArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// Algorithms to compare, comma-separated.
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(ALGORITHM_NAMES),
           default_value = "fixed-window,sliding-log,sliding-window,token-bucket,leaky-bucket")]
@@ -26,19 +28,6 @@ pub struct Args {
     /// for nat, and global too for botnet; for a file, the keys it has; otherwise global.
     #[arg(long, value_delimiter = ',', value_parser = PossibleValuesParser::new(["ip", "account", "global"]))]
     keys: Vec<String>,
-    /// Requests per window for fixed-window, sliding-log and sliding-window.
-    #[arg(long, default_value_t = 10)]
-    limit: u64,
-    /// The window; also the interval of the max_in_window column, for every algorithm.
-    #[arg(long, default_value = "1s", value_parser = duration)]
-    window: Nanos,
-    /// Capacity of the token bucket and the leaky bucket.
-    #[arg(long, default_value_t = 20)]
-    capacity: u64,
-    /// Token bucket refill per second; also the leaky bucket's rate (it polices: it rejects
-    /// beyond its capacity).
-    #[arg(long, default_value_t = 10.0)]
-    refill: f64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -67,7 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.plot {
         sluice_sim::is_svg(path)?;
     }
-    let limits = Limits { limit: args.limit, window: args.window, capacity: args.capacity, refill: args.refill };
+    let limits = args.policy.limits();
     let (arrivals, info) = arrivals(&args, &limits)?;
     let scopes: Vec<KeyScope> = if args.keys.is_empty() {
         KeyScope::defaults(info.scenario, &arrivals)
@@ -113,7 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// The arrivals to run and the description of where they came from.
 fn arrivals(args: &Args, limits: &Limits) -> anyhow::Result<(Vec<Arrival>, RunInfo)> {
-    let traffic = args.traffic.load(args.limit, args.window)?;
+    let traffic = args.traffic.load(args.policy.limit, args.policy.window)?;
     let info = match (&traffic.generated, &args.traffic.arrivals) {
         (Some((scenario, params)), _) => {
             let many = matches!(scenario, Scenario::Nat | Scenario::Botnet);

@@ -1,11 +1,12 @@
-//! The traffic `simulate` and `replay` share: a generated scenario or an arrival file.
+//! The arguments `simulate` and `replay` share: the traffic (a generated scenario or an arrival
+//! file) and the policy parameters it is simulated under.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::builder::PossibleValuesParser;
 use sluice_core::Nanos;
-use sluice_sim::{Arrival, SCENARIOS, Scenario, TrafficParams, parse_arrivals, parse_duration};
+use sluice_sim::{Arrival, Limits, SCENARIOS, Scenario, TrafficParams, parse_arrivals, parse_duration};
 
 /// Where the arrivals come from (flattened into both subcommands' arguments).
 #[derive(Debug, clap::Args)]
@@ -29,6 +30,31 @@ pub struct TrafficArgs {
     /// Clients of the nat (default 20) and botnet (default 200) scenarios.
     #[arg(long, conflicts_with = "arrivals")]
     pub clients: Option<usize>,
+}
+
+/// The policy parameters (flattened into both subcommands' arguments).
+#[derive(Debug, clap::Args)]
+pub struct PolicyArgs {
+    /// Requests per window for fixed-window, sliding-log and sliding-window.
+    #[arg(long, default_value_t = 10)]
+    pub limit: u64,
+    /// The window; also the interval of the max_in_window column, for every algorithm.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub window: Nanos,
+    /// Capacity of the token bucket and the leaky bucket.
+    #[arg(long, default_value_t = 20)]
+    pub capacity: u64,
+    /// Token bucket refill per second; also the leaky bucket's rate (it polices: it rejects
+    /// beyond its capacity).
+    #[arg(long, default_value_t = 10.0)]
+    pub refill: f64,
+}
+
+impl PolicyArgs {
+    /// The simulator's limits.
+    pub fn limits(&self) -> Limits {
+        Limits { limit: self.limit, window: self.window, capacity: self.capacity, refill: self.refill }
+    }
 }
 
 /// A duration argument (`30s`, `500ms`, `15m`) in nanoseconds.
