@@ -35,7 +35,8 @@ fn main() -> std::process::ExitCode {
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sluice: {e:#}");
+            let line = format!("sluice: {e:#}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
             std::process::ExitCode::FAILURE
         }
     }

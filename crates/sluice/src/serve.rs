@@ -144,7 +144,9 @@ async fn reload_on_hangup(hup: Option<Hangup>, gateway: Arc<Gateway>, path: Path
                 }
             };
             if let Err(e) = result {
-                eprintln!("sluice reload refused, keeping the running configuration: {e}");
+                // One write, so a reader never sees half the line.
+                let line = format!("sluice reload refused, keeping the running configuration: {e}\n");
+                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
             }
         }
     }

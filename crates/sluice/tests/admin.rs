@@ -1,12 +1,15 @@
 //! `sluice serve --config` with `[admin]`: JSON lines on stdout and the admin listener, as an
 //! operator runs them (the binary on port 0, plain HTTP over TCP).
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::thread;
 use std::time::{Duration, Instant};
+use support::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 const WAIT: Duration = Duration::from_secs(20);
@@ -24,21 +27,10 @@ impl Drop for Running {
     }
 }
 
-/// A directory removed when dropped.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 impl Running {
     fn start(toml: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("sluice-admin-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("gateway.toml");
-        std::fs::write(&file, toml).unwrap();
+        let dir = TempDir::new("admin");
+        let file = dir.write("gateway.toml", toml);
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])
             .arg(&file)
@@ -57,7 +49,7 @@ impl Running {
                 }
             }
         });
-        Self { child, lines, _dir: TempDir(dir) }
+        Self { child, lines, _dir: dir }
     }
 
     /// The next stdout line, which must be one JSON object.

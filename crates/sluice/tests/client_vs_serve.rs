@@ -6,9 +6,6 @@
 //! service's `Retry-After` (whole seconds, rounded up) says exactly when the next token comes.
 //! Each client makes the same 3 sequential GETs with at most 5 attempts per request.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -18,49 +15,9 @@ use sluice_client::{GiveUpReason, RetryMiddleware, RetryPolicy, RetryReport};
 const REQUESTS: u32 = 3;
 const MAX_ATTEMPTS: u32 = 5;
 
-/// The seed service on a free port, killed when dropped.
-struct Serve {
-    child: Child,
-    port: u16,
-    // Kept open: the server prints more lines, and a closed pipe would fail its writes.
-    _stdout: BufReader<ChildStdout>,
-}
+mod support;
 
-impl Serve {
-    fn seed(capacity: &str, refill: &str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("serve")
-            .env("PORT", "0")
-            .env("RATE_LIMIT_CAPACITY", capacity)
-            .env("RATE_LIMIT_REFILL_PER_SECOND", refill)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start `sluice serve`");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        // "sluice listening on http://[::]:PORT (port PORT)"
-        let addr = line.split("http://").nth(1).and_then(|rest| rest.split(' ').next());
-        let Some(port) = addr.and_then(|a| a.parse::<SocketAddr>().ok()).map(|a| a.port()) else {
-            let _ = child.kill();
-            panic!("unexpected first line from sluice serve: {line:?}");
-        };
-        Self { child, port, _stdout: stdout }
-    }
-
-    fn hello(&self) -> String {
-        format!("http://127.0.0.1:{}/api/hello", self.port)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::Serve;
 
 fn client(policy: RetryPolicy) -> ClientWithMiddleware {
     let inner = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(10)).build().unwrap();

@@ -3,6 +3,7 @@
 
 #[path = "../../sluice-redis/tests/support/mod.rs"]
 mod redis_support;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_support::RedisServer;
+use support::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
@@ -28,14 +30,6 @@ impl Drop for Serve {
     }
 }
 
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -46,13 +40,7 @@ fn serve(redis_url: &str, on_error: &str, policy: &str) -> Serve {
 }
 
 fn serve_with(redis_url: &str, on_error: &str, policy: &str, extra: &str) -> Serve {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "sluice-redis-serve-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("redis-serve");
     let port = free_port();
     let config = format!(
         r#"
@@ -70,8 +58,7 @@ timeout_ms = 200
 {extra}
 "#
     );
-    let path = dir.join("sluice.toml");
-    std::fs::write(&path, config).unwrap();
+    let path = dir.write("sluice.toml", &config);
     let child = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&path)
@@ -84,7 +71,7 @@ timeout_ms = 200
         assert!(Instant::now() < deadline, "sluice serve did not listen on {port}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    Serve { child, port, _dir: TempDir(dir) }
+    Serve { child, port, _dir: dir }
 }
 
 /// GETs a path; returns the status code and the raw response.

@@ -1,10 +1,9 @@
 //! `sluice replay` against real servers on loopback: the built `sluice serve` (seed service and
 //! gateway) and a server that stops answering; its statuses agree with `sluice simulate`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -12,94 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+mod support;
 
-/// A `sluice serve` child process on a free port, killed when dropped.
-struct Serve {
-    child: Child,
-    port: u16,
-    // Kept open: the server prints more lines, and a closed pipe would fail its writes.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl Serve {
-    /// The seed service with its bucket's capacity and refill.
-    fn seed(capacity: &str, refill: &str) -> Self {
-        let mut cmd = Command::new(SLUICE);
-        cmd.arg("serve")
-            .env("PORT", "0")
-            .env("RATE_LIMIT_CAPACITY", capacity)
-            .env("RATE_LIMIT_REFILL_PER_SECOND", refill);
-        Self::start(cmd)
-    }
-
-    /// The gateway with the configuration in `path`.
-    fn gateway(path: &str) -> Self {
-        let mut cmd = Command::new(SLUICE);
-        cmd.args(["serve", "--config", path]);
-        Self::start(cmd)
-    }
-
-    fn start(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start `sluice serve`");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        // "sluice listening on http://[::]:PORT (port PORT)" or
-        // "sluice gateway listening on http://ADDR (config FILE)".
-        let addr = line.split("http://").nth(1).and_then(|rest| rest.split(' ').next());
-        let port = addr.and_then(|a| a.parse::<SocketAddr>().ok()).map(|a| a.port());
-        let Some(port) = port else {
-            let _ = child.kill();
-            panic!("unexpected first line from sluice serve: {line:?}");
-        };
-        Self { child, port, _stdout: stdout }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A fresh directory for one test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("sluice-replay-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn write(&self, file: &str, text: &str) -> String {
-        let path = self.0.join(file);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.0.join(file).display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use support::{SLUICE, Serve, TempDir};
 
 /// Runs `sluice SUBCOMMAND args`, killing it (and failing) if it has not ended within a minute.
 fn sluice(subcommand: &str, args: &[&str]) -> Output {

@@ -4,16 +4,17 @@
 //! environment values stop start-up; the gateway reloads on SIGHUP (refusing a bad file) and
 //! drains in-flight requests on SIGTERM before exiting 0.
 
+mod support;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use support::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 const WAIT: Duration = Duration::from_secs(20);
@@ -206,35 +207,6 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         }
         out.extend_from_slice(&data[eol + 2..eol + 2 + size]);
         data = &data[eol + 2 + size + 2..];
-    }
-}
-
-/// A temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "sluice-test-{tag}-{}-{nanos}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -1,0 +1,119 @@
+//! What the binary's tests share: temporary directories and a `sluice serve` child process.
+
+#![allow(dead_code)] // each test binary uses part of this module
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The binary under test.
+pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// A fresh temporary directory, removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A new, empty directory whose name starts with `tag`.
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-test-{tag}-{}-{nanos}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// Writes `text` to `name` in the directory; returns its path.
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    /// The path of `name` in the directory.
+    pub fn path(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `sluice serve` child process on a free port, killed when dropped.
+pub struct Serve {
+    child: Child,
+    /// The port it listens on.
+    pub port: u16,
+    // Kept open: the server prints more lines, and a closed pipe would fail its writes.
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl Serve {
+    /// The seed service with its bucket's capacity and refill.
+    pub fn seed(capacity: &str, refill: &str) -> Self {
+        let mut cmd = Command::new(SLUICE);
+        cmd.arg("serve")
+            .env("PORT", "0")
+            .env("RATE_LIMIT_CAPACITY", capacity)
+            .env("RATE_LIMIT_REFILL_PER_SECOND", refill);
+        Self::start(cmd)
+    }
+
+    /// The gateway with the configuration in `path`.
+    pub fn gateway(path: &str) -> Self {
+        let mut cmd = Command::new(SLUICE);
+        cmd.args(["serve", "--config", path]);
+        Self::start(cmd)
+    }
+
+    fn start(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start `sluice serve`");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        // "sluice listening on http://[::]:PORT (port PORT)" or, in a JSON line,
+        // "sluice gateway listening on http://ADDR (config FILE)".
+        let addr = line.split("http://").nth(1).and_then(|rest| rest.split(' ').next());
+        let port = addr.and_then(|a| a.parse::<SocketAddr>().ok()).map(|a| a.port());
+        let Some(port) = port else {
+            let _ = child.kill();
+            panic!("unexpected first line from sluice serve: {line:?}");
+        };
+        Self { child, port, _stdout: stdout }
+    }
+
+    /// `http://127.0.0.1:PORT` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The seed service's limited route.
+    pub fn hello(&self) -> String {
+        self.url("/api/hello")
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
