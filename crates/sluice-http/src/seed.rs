@@ -11,7 +11,7 @@ use http::header::{ALLOW, HeaderName, HeaderValue};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use sluice_core::{ParamError, TokenBucket};
-use sluice_store::{Check, KeyHasher, Store};
+use sluice_store::{Check, KeyHasher, MemoryStore};
 
 use crate::headers::{retry_after_secs, write_denial_headers};
 use crate::identity::ClientIdentity;
@@ -115,7 +115,7 @@ impl SeedConfig {
 
 /// The default service. Its store must hold one policy: the seed token bucket.
 pub struct SeedService {
-    store: Arc<dyn Store>,
+    store: Arc<MemoryStore>,
     hasher: KeyHasher,
     identity: ClientIdentity,
     capacity: u64,
@@ -146,20 +146,21 @@ static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
 static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 
 impl SeedService {
-    /// The service over `store` (whose policy 0 is the seed bucket of `capacity`).
-    pub fn new(store: Arc<dyn Store>, capacity: u64) -> Self {
+    /// The service over `store` (whose policy 0 is the seed bucket of `capacity`). The seed
+    /// service is one process with one limit: it decides on the memory store's single-check path.
+    pub fn new(store: Arc<MemoryStore>, capacity: u64) -> Self {
         Self { store, hasher: KeyHasher::random(), identity: ClientIdentity::new(Vec::new(), 56), capacity }
     }
 
-    async fn hello(&self, peer: SocketAddr, method: &Method) -> Response<Body> {
+    fn hello(&self, peer: SocketAddr, method: &Method) -> Response<Body> {
         let ip = self.identity.client_ip(peer.ip(), &http::HeaderMap::new());
         let grouped = match self.identity.group(ip) {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             IpAddr::V6(v6) => v6.octets(),
         };
-        let check = [Check { policy: 0, key: self.hasher.hash(&[b"ip", &grouped]), cost: 1 }];
-        let decision = match self.store.decide(&check, None).await {
-            Ok(v) => v.decisions[0],
+        let check = Check { policy: 0, key: self.hasher.hash(&[b"ip", &grouped]), cost: 1 };
+        let decision = match self.store.decide_one_now(&check) {
+            Ok(d) => d,
             Err(e) => return crate::gateway::store_failure(&e),
         };
         let quota = |res: &mut Response<Body>| {
@@ -198,7 +199,7 @@ impl Handler for SeedService {
             return Ok(respond::json(200, &Status { status: "ok" }));
         }
         if path == "/api/hello" {
-            return Ok(self.hello(peer, req.method()).await);
+            return Ok(self.hello(peer, req.method()));
         }
         Ok(respond::error(404, "not_found", "Маршрут не знайдено."))
     }
