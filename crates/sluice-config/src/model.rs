@@ -198,8 +198,11 @@ fn percent_decode_unreserved(path: &str) -> String {
 impl PathPattern {
     /// True when `path` (no query string) matches, after [`normalize_path`].
     pub fn matches(&self, path: &str) -> bool {
-        let path = normalize_path(path);
-        let path = path.as_ref();
+        self.matches_normal(&normalize_path(path))
+    }
+
+    /// True when `path`, already passed through [`normalize_path`], matches.
+    pub fn matches_normal(&self, path: &str) -> bool {
         match self {
             PathPattern::Exact(p) => p == path,
             PathPattern::Prefix(p) => path.starts_with(p.as_str()) || path == &p[..p.len() - 1],
@@ -219,7 +222,13 @@ impl fmt::Display for PathPattern {
 impl Route {
     /// True when this route applies to `method` and `path`.
     pub fn matches(&self, method: &str, path: &str) -> bool {
-        self.path.matches(path) && self.methods.as_ref().is_none_or(|ms| ms.iter().any(|m| m == method))
+        self.matches_normal(method, &normalize_path(path))
+    }
+
+    /// [`Route::matches`] for a path already passed through [`normalize_path`] (normalise once
+    /// per request, not once per route).
+    pub fn matches_normal(&self, method: &str, path: &str) -> bool {
+        self.path.matches_normal(path) && self.methods.as_ref().is_none_or(|ms| ms.iter().any(|m| m == method))
     }
 }
 

@@ -12,7 +12,7 @@ use sluice_store::Check;
 
 use crate::enforce::Enforcer;
 use crate::gateway::store_failure;
-use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_rate_limit_headers};
+use crate::headers::{write_denied, write_rate_limit_headers};
 use crate::observe::{CHECK_API_ROUTE, Observed, Timing};
 use crate::respond::{self, Body};
 
@@ -109,9 +109,9 @@ pub async fn handle(
             })
         })
         .collect();
-    let shown = outcome.describe.map(|i| (i, outcome.decisions[i]));
-    let (status, summary) = match shown {
-        Some((_, d)) => (if outcome.allowed { 200 } else { config.server.deny_status }, d),
+    let view = enforcer.view(&checks, &outcome);
+    let (status, summary) = match &view {
+        Some(v) => (if outcome.allowed { 200 } else { config.server.deny_status }, v.decision),
         None => (200, outcome.decisions[0]),
     };
     let payload = serde_json::json!({
@@ -128,13 +128,12 @@ pub async fn handle(
         observed.line(CHECK_API_ROUTE, enforcer.policies(), &checks[i], d, verdict, "api", timing, status).emit();
     }
     let mut res = respond::json(status, &payload);
-    if let Some((i, d)) = shown {
-        let info = &enforcer.policies()[checks[i].policy];
-        let view = LimitView { name: &info.name, window: info.policy.window(), decision: d };
-        write_rate_limit_headers(res.headers_mut(), &config.server.headers, &view, unix_now);
-        if !outcome.allowed {
-            write_denial_headers(res.headers_mut(), retry_after_secs(&d));
+    if outcome.allowed {
+        if let Some(v) = &view {
+            write_rate_limit_headers(res.headers_mut(), &config.server.headers, v, unix_now);
         }
+    } else {
+        write_denied(res.headers_mut(), &config.server.headers, view.as_ref(), unix_now);
     }
     res
 }

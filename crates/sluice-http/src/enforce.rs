@@ -5,6 +5,8 @@ use std::sync::Arc;
 use sluice_core::{Decision, Nanos, Policy};
 use sluice_store::{Check, KeyHasher, Store, StoreError};
 
+use crate::headers::LimitView;
+
 /// A policy as the HTTP layer needs to know it.
 #[derive(Debug, Clone)]
 pub struct PolicyInfo {
@@ -79,6 +81,14 @@ impl Enforcer {
     /// Index of the policy called `name`.
     pub fn policy_index(&self, name: &str) -> Option<usize> {
         self.policies.iter().position(|p| p.name == name)
+    }
+
+    /// The limit a response to `checks` describes: the one that denied, or the one closest to
+    /// denying.
+    pub fn view<'a>(&'a self, checks: &[Check], outcome: &Outcome) -> Option<LimitView<'a>> {
+        let i = outcome.describe?;
+        let info = &self.policies[checks[i].policy];
+        Some(LimitView { name: &info.name, window: info.policy.window(), decision: outcome.decisions[i] })
     }
 
     /// Decides `checks` for one request.

@@ -15,8 +15,8 @@ use sluice_store::{Check, KeyHasher, Store, StoreError};
 
 use crate::body::{Prefix, ReplayBody, read_prefix};
 use crate::check_api;
-use crate::enforce::{Enforcer, Outcome, PolicyInfo};
-use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_rate_limit_headers};
+use crate::enforce::{Enforcer, PolicyInfo};
+use crate::headers::{retry_after_secs, write_denial_headers, write_denied, write_rate_limit_headers};
 use crate::identity::ClientIdentity;
 use crate::keys::{RequestFacts, key_for};
 use crate::observe::{Observed, Observer, Timing};
@@ -170,8 +170,7 @@ impl Gateway {
         peer: SocketAddr,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Dropped> {
-        let path = req.uri().path().to_owned();
-        if loaded.decision_api && path == check_api::PATH {
+        if loaded.decision_api && req.uri().path() == check_api::PATH {
             if req.method() != Method::POST {
                 let mut res = respond::error(405, "method_not_allowed", "Use POST.");
                 res.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("POST"));
@@ -182,7 +181,10 @@ impl Gateway {
             );
         }
         let method = req.method().as_str().to_owned();
-        let route = loaded.config.routes.iter().enumerate().find(|(_, r)| r.matches(&method, &path));
+        // Routes match, and the `path` key part reads, the normalised path: spellings of one
+        // resource share one route and one key. Normalised once per request.
+        let path = normalize_path(req.uri().path()).into_owned();
+        let route = loaded.config.routes.iter().enumerate().find(|(_, r)| r.matches_normal(&method, &path));
         let peer_ip = peer.ip();
         let client = loaded.identity.client_ip(peer_ip, req.headers());
         let Some((route_idx, route)) = route else {
@@ -215,12 +217,9 @@ impl Gateway {
         };
 
         let started = Instant::now();
-        // The `path` key part is the normalised path routes match on: spellings of one resource
-        // share one key.
-        let normal_path = normalize_path(&path);
         let facts = RequestFacts {
             method: &method,
-            path: &normal_path,
+            path: &path,
             route: &route.name,
             client: loaded.identity.group(client),
             peer_trusted: loaded.identity.is_trusted(peer_ip),
@@ -262,7 +261,7 @@ impl Gateway {
                 obs.line(&route.name, enforcer.policies(), &checks[i], d, verdict, kind, timing, status).emit();
             }
         };
-        let view = describe(loaded, &checks, &outcome);
+        let view = enforcer.view(&checks, &outcome);
         if !outcome.allowed {
             if loaded.config.server.on_deny == OnDeny::Drop {
                 log(0);
@@ -270,10 +269,7 @@ impl Gateway {
             }
             let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
             let mut res = respond::denial(loaded.config.server.deny_status, secs);
-            if let Some(v) = &view {
-                write_rate_limit_headers(res.headers_mut(), &loaded.config.server.headers, v, self.unix_now());
-            }
-            write_denial_headers(res.headers_mut(), secs);
+            write_denied(res.headers_mut(), &loaded.config.server.headers, view.as_ref(), self.unix_now());
             log(res.status().as_u16());
             return Ok(res);
         }
@@ -315,13 +311,6 @@ fn json_key_source(route: &Route, prefix: &Prefix) -> Result<Option<serde_json::
         }
     }
     Ok(Some(json))
-}
-
-/// The limit a response describes: the one that denied, or the one closest to denying.
-fn describe<'a>(loaded: &'a Loaded, checks: &[Check], outcome: &Outcome) -> Option<LimitView<'a>> {
-    let i = outcome.describe?;
-    let info = &loaded.enforcer.policies()[checks[i].policy];
-    Some(LimitView { name: &info.name, window: info.policy.window(), decision: outcome.decisions[i] })
 }
 
 /// A store that cannot decide (fail-closed, or full and refusing): 503, the limiter is

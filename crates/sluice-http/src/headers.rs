@@ -90,6 +90,17 @@ pub fn write_denial_headers(out: &mut HeaderMap, retry_after_secs: u64) {
     out.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 
+/// Writes everything a denial carries: the rate-limit headers of the limit that denied (when
+/// known), `Retry-After` and `Cache-Control: no-store`. Returns the `Retry-After` seconds.
+pub fn write_denied(out: &mut HeaderMap, styles: &[HeaderStyle], view: Option<&LimitView<'_>>, unix_now: u64) -> u64 {
+    let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
+    if let Some(v) = view {
+        write_rate_limit_headers(out, styles, v, unix_now);
+    }
+    write_denial_headers(out, secs);
+    secs
+}
+
 /// A structured-field string: quoted, with `\` and `"` escaped and non-printable bytes dropped.
 fn sf_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

@@ -15,7 +15,7 @@ use sluice_store::{Check, KeyHasher, Store};
 use tower::{Layer, Service};
 
 use crate::enforce::{Enforcer, PolicyInfo};
-use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_rate_limit_headers};
+use crate::headers::{retry_after_secs, write_denial_headers, write_denied, write_rate_limit_headers};
 use crate::identity::ClientIdentity;
 use crate::keys::{RequestFacts, key_for};
 
@@ -257,10 +257,7 @@ where
                     return Ok(res);
                 }
             };
-            let view = outcome.describe.map(|i| {
-                let info = &shared.enforcer.policies()[checks[i].policy];
-                LimitView { name: &info.name, window: info.policy.window(), decision: outcome.decisions[i] }
-            });
+            let view = shared.enforcer.view(&checks, &outcome);
             let unix_now = shared.clock.now() / 1_000_000_000;
             if !outcome.allowed {
                 let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
@@ -270,10 +267,7 @@ where
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("application/json; charset=utf-8"),
                 );
-                if let Some(v) = &view {
-                    write_rate_limit_headers(res.headers_mut(), &shared.headers, v, unix_now);
-                }
-                write_denial_headers(res.headers_mut(), secs);
+                write_denied(res.headers_mut(), &shared.headers, view.as_ref(), unix_now);
                 return Ok(res);
             }
             let delay = outcome.delay();
