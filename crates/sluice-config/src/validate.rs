@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use ipnet::IpNet;
-use sluice_core::{FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket};
+use sluice_core::{
+    ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket,
+};
 
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
@@ -211,18 +213,14 @@ fn policy(src: &Source<'_>, i: usize, span: &Range<usize>, p: RawPolicy) -> Resu
         ("mode", p.mode.is_some()),
         ("delay", p.delay.is_some()),
     ];
-    let allowed: &[&str] = match p.algorithm.as_str() {
-        "fixed-window" | "sliding-log" | "sliding-window" => &["limit", "window"],
-        "token-bucket" => &["capacity", "refill_per_second"],
-        "leaky-bucket" => &["rate_per_second", "capacity", "mode", "delay"],
-        other => {
-            return Err(err(
-                "algorithm",
-                format!(
-                    "unknown algorithm `{other}` (fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket)"
-                ),
-            ));
-        }
+    let Some(kind) = AlgorithmKind::parse(&p.algorithm) else {
+        let known = ALGORITHM_NAMES.join(", ");
+        return Err(err("algorithm", format!("unknown algorithm `{}` ({known})", p.algorithm)));
+    };
+    let allowed: &[&str] = match kind {
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => &["limit", "window"],
+        AlgorithmKind::TokenBucket => &["capacity", "refill_per_second"],
+        AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay"],
     };
     if let Some((field, _)) = present.iter().find(|(f, there)| *there && !allowed.contains(f)) {
         return Err(err(field, format!("does not apply to {} (it takes {})", p.algorithm, allowed.join(", "))));
@@ -235,12 +233,12 @@ fn policy(src: &Source<'_>, i: usize, span: &Range<usize>, p: RawPolicy) -> Resu
         let window = parse_duration(text).map_err(|m| err("window", m))?;
         Ok((limit, window))
     };
-    let policy: Policy = match p.algorithm.as_str() {
-        "fixed-window" => {
+    let policy: Policy = match kind {
+        AlgorithmKind::FixedWindow => {
             let (l, w) = windowed()?;
             FixedWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
         }
-        "sliding-log" => {
+        AlgorithmKind::SlidingLog => {
             let (l, w) = windowed()?;
             if l > MAX_SLIDING_LOG_LIMIT {
                 return Err(err(
@@ -253,16 +251,16 @@ fn policy(src: &Source<'_>, i: usize, span: &Range<usize>, p: RawPolicy) -> Resu
             }
             SlidingLog::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
         }
-        "sliding-window" => {
+        AlgorithmKind::SlidingWindow => {
             let (l, w) = windowed()?;
             SlidingWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
         }
-        "token-bucket" => {
+        AlgorithmKind::TokenBucket => {
             let c = p.capacity.ok_or_else(|| need("capacity"))?;
             let r = p.refill_per_second.ok_or_else(|| need("refill_per_second"))?;
             TokenBucket::new(c, r).map_err(|e| param(field_of(&e), e))?.into()
         }
-        _ => {
+        AlgorithmKind::LeakyBucket => {
             let r = p.rate_per_second.ok_or_else(|| need("rate_per_second"))?;
             let c = p.capacity.ok_or_else(|| need("capacity"))?;
             let mode = match p.mode.as_deref().unwrap_or("police") {

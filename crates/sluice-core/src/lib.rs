@@ -42,7 +42,7 @@ pub use decision::Decision;
 pub use error::{CostError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{GcraState, LeakMode, LeakyBucket, TokenBucket};
-pub use policy::{ALGORITHM_NAMES, Policy, State};
+pub use policy::{ALGORITHM_NAMES, AlgorithmKind, Policy, State};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use time::{Clock, ManualClock, NANOS_PER_MILLI, NANOS_PER_SEC, Nanos, SystemClock, ceil_millis, ceil_secs};

@@ -46,9 +46,64 @@ pub enum State {
     Gcra(GcraState),
 }
 
+/// Which algorithm a policy runs, without its parameters: what configuration names.
+///
+/// ```
+/// use sluice_core::{AlgorithmKind, ALGORITHM_NAMES};
+/// assert_eq!(AlgorithmKind::parse("sliding-window"), Some(AlgorithmKind::SlidingWindow));
+/// assert_eq!(AlgorithmKind::SlidingWindow.name(), "sliding-window");
+/// assert_eq!(AlgorithmKind::parse("sliding_window"), None);
+/// assert!(AlgorithmKind::ALL.iter().map(|k| k.name()).eq(ALGORITHM_NAMES));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AlgorithmKind {
+    /// `fixed-window`
+    FixedWindow,
+    /// `sliding-log`
+    SlidingLog,
+    /// `sliding-window` (the sliding window counter)
+    SlidingWindow,
+    /// `token-bucket`
+    TokenBucket,
+    /// `leaky-bucket`
+    LeakyBucket,
+}
+
+impl AlgorithmKind {
+    /// Every algorithm, in the order sluice lists them.
+    pub const ALL: [AlgorithmKind; 5] = [
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::SlidingLog,
+        AlgorithmKind::SlidingWindow,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::LeakyBucket,
+    ];
+
+    /// The configuration name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::FixedWindow => "fixed-window",
+            AlgorithmKind::SlidingLog => "sliding-log",
+            AlgorithmKind::SlidingWindow => "sliding-window",
+            AlgorithmKind::TokenBucket => "token-bucket",
+            AlgorithmKind::LeakyBucket => "leaky-bucket",
+        }
+    }
+
+    /// The algorithm of a configuration name (exactly as [`AlgorithmKind::name`] spells it).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// The algorithms' names as configuration spells them.
-pub const ALGORITHM_NAMES: [&str; 5] =
-    ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
+pub const ALGORITHM_NAMES: [&str; 5] = [
+    AlgorithmKind::ALL[0].name(),
+    AlgorithmKind::ALL[1].name(),
+    AlgorithmKind::ALL[2].name(),
+    AlgorithmKind::ALL[3].name(),
+    AlgorithmKind::ALL[4].name(),
+];
 
 macro_rules! dispatch {
     ($self:ident, $state:ident, $p:ident, $s:ident => $body:expr) => {
@@ -67,12 +122,17 @@ impl Policy {
     /// The configuration name: `fixed-window`, `sliding-log`, `sliding-window`, `token-bucket`
     /// or `leaky-bucket`.
     pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// Which algorithm this is.
+    pub fn kind(&self) -> AlgorithmKind {
         match self {
-            Policy::FixedWindow(_) => ALGORITHM_NAMES[0],
-            Policy::SlidingLog(_) => ALGORITHM_NAMES[1],
-            Policy::SlidingWindow(_) => ALGORITHM_NAMES[2],
-            Policy::TokenBucket(_) => ALGORITHM_NAMES[3],
-            Policy::LeakyBucket(_) => ALGORITHM_NAMES[4],
+            Policy::FixedWindow(_) => AlgorithmKind::FixedWindow,
+            Policy::SlidingLog(_) => AlgorithmKind::SlidingLog,
+            Policy::SlidingWindow(_) => AlgorithmKind::SlidingWindow,
+            Policy::TokenBucket(_) => AlgorithmKind::TokenBucket,
+            Policy::LeakyBucket(_) => AlgorithmKind::LeakyBucket,
         }
     }
 

@@ -3,16 +3,16 @@
 use std::sync::Arc;
 
 use sluice_core::{Decision, Nanos, Policy};
-use sluice_store::{Check, KeyHasher, Store, StoreError};
+use sluice_store::{Check, Store, StoreError};
 
 use crate::headers::LimitView;
 
-/// A policy as the HTTP layer needs to know it.
+/// A policy as the HTTP faces need to know it.
 #[derive(Debug, Clone)]
 pub struct PolicyInfo {
-    /// The policy's name.
+    /// The policy's name: in headers (`ietf`), metrics and logs.
     pub name: String,
-    /// The validated policy.
+    /// The validated policy (its limit and window go into the headers).
     pub policy: Policy,
     /// Decide and count, never deny.
     pub shadow: bool,
@@ -46,8 +46,9 @@ impl Outcome {
 /// from them, shadow checks, which are decided and charged as if enforced but never deny.
 #[derive(Clone)]
 pub struct Enforcer {
+    /// Where the state lives; asked once per request for all its enforced limits.
     store: Arc<dyn Store>,
-    hasher: KeyHasher,
+    /// The store's policies (same order), with what the HTTP faces need: names, shadow flags.
     policies: Arc<[PolicyInfo]>,
 }
 
@@ -59,13 +60,28 @@ impl std::fmt::Debug for Enforcer {
 
 impl Enforcer {
     /// An enforcer over `store`, whose policies (same order) are described by `policies`.
-    pub fn new(store: Arc<dyn Store>, hasher: KeyHasher, policies: Vec<PolicyInfo>) -> Self {
-        Self { store, hasher, policies: policies.into() }
+    pub fn new(store: Arc<dyn Store>, policies: Vec<PolicyInfo>) -> Self {
+        Self { store, policies: policies.into() }
     }
 
-    /// The key hasher.
-    pub fn hasher(&self) -> &KeyHasher {
-        &self.hasher
+    /// An enforcer of every policy of `store`, none of them shadow.
+    pub fn of_store(store: Arc<dyn Store>) -> Self {
+        let policies = store
+            .policies()
+            .iter()
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false })
+            .collect();
+        Self::new(store, policies)
+    }
+
+    /// An enforcer of the policies of `config` (in config order, as routes index them) on `store`.
+    pub fn of_config(store: Arc<dyn Store>, config: &sluice_config::Config) -> Self {
+        let policies = config
+            .policies
+            .iter()
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow })
+            .collect();
+        Self::new(store, policies)
     }
 
     /// The policies, indexed as checks refer to them.

@@ -28,9 +28,25 @@ pub use sluice_config::ForwardedHeader;
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientIdentity {
+    /// Peers whose forwarding header is believed; everyone else is the client themselves.
     trusted: Vec<IpNet>,
+    /// Bits of an IPv6 address that name one client: a host gets a /64 or more, so keying on
+    /// the full address would let it multiply itself.
     ipv6_prefix: u8,
+    /// The one header the trusted proxies write (the other is the client's to forge).
     header: ForwardedHeader,
+}
+
+/// Who sent a request, resolved once: what every key part, log line and forwarded header uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// The client address, as resolved (for `X-Forwarded-For` towards the upstream).
+    pub ip: IpAddr,
+    /// The address as key material: IPv6 masked to the configured prefix.
+    pub grouped: IpAddr,
+    /// Whether the socket peer is a trusted proxy: only then are identity headers it sets
+    /// (the user header) believed.
+    pub peer_trusted: bool,
 }
 
 impl ClientIdentity {
@@ -44,6 +60,24 @@ impl ClientIdentity {
     pub fn with_header(mut self, header: ForwardedHeader) -> Self {
         self.header = header;
         self
+    }
+
+    /// Resolves who sent a request from `peer` with `headers`: the client address, its key
+    /// form, and whether the peer is trusted.
+    ///
+    /// ```
+    /// use sluice_http::identity::ClientIdentity;
+    /// let id = ClientIdentity::new(vec!["10.0.0.0/8".parse().unwrap()], 56);
+    /// let mut h = http::HeaderMap::new();
+    /// h.insert("x-forwarded-for", "2001:db8:1:2ff::7".parse().unwrap());
+    /// let c = id.resolve("10.0.0.1".parse().unwrap(), &h);
+    /// assert!(c.peer_trusted);
+    /// assert_eq!(c.ip.to_string(), "2001:db8:1:2ff::7");
+    /// assert_eq!(c.grouped.to_string(), "2001:db8:1:200::");
+    /// ```
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Client {
+        let ip = self.client_ip(peer, headers);
+        Client { ip, grouped: self.group(ip), peer_trusted: self.is_trusted(peer) }
     }
 
     /// True when `ip` is one of the trusted proxies.

@@ -1,15 +1,17 @@
 //! # sluice-http
 //!
-//! sluice over HTTP:
+//! sluice for any axum or hyper app: the decision pipeline and its parts, with no server in it.
 //! - [`identity`]: the client address behind trusted proxies (`X-Forwarded-For`, `Forwarded`),
-//!   IPv6 grouped by prefix;
+//!   IPv6 grouped by prefix, resolved once per request into a [`identity::Client`];
 //! - [`keys`]: key parts (`ip`, `header:NAME`, `user`, `json:/pointer`, ...) hashed into keys;
-//! - [`headers`]: `Retry-After`, `Cache-Control: no-store`, and the `draft-6`, `ietf` and
-//!   `x-ratelimit` header styles;
-//! - [`layer`]: a tower `Layer` any axum or hyper app can use;
-//! - [`gateway`]: the configured gateway (routes, reverse proxy, shaping, decision API, reload);
-//! - [`seed`]: the default service of `sluice serve` without a config;
-//! - [`observe`]: Prometheus metrics, sampled decision logs, the admin listener.
+//! - [`body_key`]: which JSON body may be keyed, and which is refused;
+//! - [`enforce`]: a request's checks against a store, shadow policies apart;
+//! - [`pipeline`]: the one step every face calls — facts → checks → decision → [`pipeline::Action`];
+//! - [`headers`] and [`response`]: `Retry-After`, `Cache-Control: no-store`, the `draft-6`,
+//!   `ietf` and `x-ratelimit` header styles, and the JSON bodies sluice answers with;
+//! - [`layer`]: a tower `Layer` over the pipeline.
+//!
+//! The server (gateway, proxy, decision API, metrics) is the `sluice-gateway` crate.
 //!
 //! ```
 //! use sluice_http::identity::ClientIdentity;
@@ -20,17 +22,11 @@
 //! assert_eq!(id.client_ip("198.51.100.1".parse().unwrap(), &h).to_string(), "198.51.100.1");
 //! ```
 
-pub mod body;
-pub mod check_api;
+pub mod body_key;
 pub mod enforce;
-pub mod gateway;
 pub mod headers;
 pub mod identity;
 pub mod keys;
 pub mod layer;
-pub mod memory_factory;
-pub mod observe;
-pub mod proxy;
-pub mod respond;
-pub mod seed;
-pub mod serve;
+pub mod pipeline;
+pub mod response;

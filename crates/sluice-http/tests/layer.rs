@@ -1,21 +1,70 @@
-//! The tower layer in an axum app on a real socket: a per-IP and a per-API-key limit, denials
-//! answered by the layer (the handler never runs), admitted responses with headers.
-
-mod common;
+//! The tower layer in an axum app: a per-IP and a per-API-key limit, denials answered by the
+//! layer (the handler never runs), admitted responses with headers. Requests go through the
+//! router as a tower service, the peer in `ConnectInfo` as axum's server puts it; the gateway's
+//! tests run the layer on a real socket beside the gateway.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
-use common::{Client, T0};
+use http_body_util::BodyExt;
 use sluice_config::{HeaderStyle, KeySource, KeySpec};
-use sluice_core::{ManualClock, TokenBucket};
+use sluice_core::{ManualClock, NANOS_PER_SEC, TokenBucket};
 use sluice_http::layer::{LayerError, RateLimitLayer};
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
-use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+/// Where the manual clock starts: a plausible Unix time.
+const T0: u64 = 1_700_000_000 * NANOS_PER_SEC;
+
+/// A response, read whole.
+struct Resp {
+    status: u16,
+    headers: http::HeaderMap,
+    body: bytes::Bytes,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn num(&self, name: &str) -> u64 {
+        self.header(name).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no numeric {name} header"))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("JSON body")
+    }
+}
+
+/// Sends a GET from 127.0.0.1 (a trusted proxy here) through `app`.
+struct Client {
+    app: Router,
+}
+
+impl Client {
+    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let mut req = http::Request::get(path);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut req = req.body(Body::empty()).unwrap();
+        req.extensions_mut().insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
+        let res = self.app.clone().oneshot(req).await.expect("the router answers");
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Resp { status: parts.status.as_u16(), headers: parts.headers, body }
+    }
+}
 
 fn store() -> Arc<MemoryStore> {
     let policies = vec![
@@ -33,8 +82,8 @@ fn api_key_or_ip() -> KeySpec {
     KeySpec { parts: vec![vec![KeySource::Header("x-api-key".into()), KeySource::Ip]] }
 }
 
-/// An axum app behind the layer; returns its address and how often the handler ran.
-async fn app() -> (SocketAddr, Arc<AtomicUsize>) {
+/// An axum app behind the layer, and how often the handler ran.
+fn app() -> (Client, Arc<AtomicUsize>) {
     let layer = RateLimitLayer::builder(store())
         .limit("per-ip", ip())
         .limit("per-key", api_key_or_ip())
@@ -57,18 +106,12 @@ async fn app() -> (SocketAddr, Arc<AtomicUsize>) {
             }),
         )
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
-    });
-    (addr, hits)
+    (Client { app }, hits)
 }
 
 #[tokio::test]
 async fn the_per_key_and_per_ip_limits_deny_with_429_and_headers_and_pass_otherwise() {
-    let (addr, hits) = app().await;
-    let c = Client::new(addr);
+    let (c, hits) = app();
     let from = |key: &'static str| [("x-forwarded-for", "198.51.100.1"), ("x-api-key", key)];
 
     let ok = c.get("/hello", &from("key-1")).await;
@@ -113,4 +156,73 @@ async fn limits_that_cannot_be_built_are_refused() {
     let body = KeySpec { parts: vec![vec![KeySource::Json("/email".into())]] };
     let body_key = RateLimitLayer::builder(store()).limit("per-ip", body).build().err();
     assert!(matches!(body_key, Some(LayerError::BodyKey(_))), "{body_key:?}");
+    for cost in [0, 4] {
+        let refused = RateLimitLayer::builder(store()).limit_with_cost("per-ip", ip(), cost).build().err();
+        assert_eq!(refused, Some(LayerError::Cost { policy: "per-ip".into(), cost, limit: 3 }));
+    }
+    assert!(RateLimitLayer::builder(store()).limit_with_cost("per-ip", ip(), 3).build().is_ok());
+}
+
+#[tokio::test]
+async fn a_costly_limit_spends_its_cost_per_request() {
+    let layer = RateLimitLayer::builder(store()).limit_with_cost("per-ip", ip(), 2).build().unwrap();
+    let app = Router::new().route("/report", get(|| async { "report" })).layer(layer);
+    let c = Client { app };
+    let first = c.get("/report", &[]).await;
+    assert_eq!((first.status, first.num("ratelimit-remaining")), (200, 1));
+    // One token left, the request costs two: denied, and nothing is charged.
+    let denied = c.get("/report", &[]).await;
+    assert_eq!((denied.status, denied.num("ratelimit-remaining")), (429, 1));
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_decide_answers_503_without_calling_the_service() {
+    // A store full of live keys that refuses new ones cannot decide for a newcomer.
+    let options = MemoryOptions { max_keys: 1, when_full: sluice_store::WhenFull::Refuse, ..MemoryOptions::default() };
+    let policies = vec![NamedPolicy { name: "per-ip".into(), policy: TokenBucket::new(3, 0.001).unwrap().into() }];
+    let store = Arc::new(MemoryStore::new(policies, options, Arc::new(ManualClock::new(T0))));
+    let layer = RateLimitLayer::builder(store).limit("per-ip", api_key_or_ip()).build().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let handler = move || {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            "ok"
+        }
+    };
+    let c = Client { app: Router::new().route("/x", get(handler)).layer(layer) };
+    assert_eq!(c.get("/x", &[("x-api-key", "first")]).await.status, 200);
+    let refused = c.get("/x", &[("x-api-key", "second")]).await;
+    assert_eq!((refused.status, refused.num("retry-after")), (503, 1));
+    assert_eq!(refused.json()["error"], "limiter_unavailable");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shaping_limit_holds_each_request_for_its_delay_before_the_service_runs() {
+    use sluice_core::{LeakMode, LeakyBucket};
+    // Three at a time, paced at one per second (nginx `limit_req rate=1r/s burst=2` without
+    // `nodelay`). The store's clock stands still, tokio's clock is virtual: the delays measured
+    // are the decisions' exactly, with no real waiting.
+    let policy = LeakyBucket::new(1.0, 3, LeakMode::Shape { delay: 0 }).unwrap();
+    let policies = vec![NamedPolicy { name: "paced".into(), policy: policy.into() }];
+    let store = Arc::new(MemoryStore::new(policies, MemoryOptions::default(), Arc::new(ManualClock::new(T0))));
+    let layer = RateLimitLayer::builder(store).limit("paced", ip()).build().unwrap();
+    let c = Client { app: Router::new().route("/q", get(|| async { "done" })).layer(layer) };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let start = tokio::time::Instant::now();
+        let res = c.get("/q", &[]).await;
+        assert_eq!((res.status, res.text().as_str()), (200, "done"));
+        held.push(start.elapsed());
+    }
+    let ms = std::time::Duration::from_millis;
+    for (got, want) in held.iter().zip([ms(0), ms(1000), ms(2000)]) {
+        assert!(*got >= want && *got <= want + ms(1), "held {got:?}, the decision said {want:?}");
+    }
+    // A fourth would exceed the capacity: denied at once, never held.
+    let start = tokio::time::Instant::now();
+    assert_eq!(c.get("/q", &[]).await.status, 429);
+    assert!(start.elapsed() < ms(1));
 }

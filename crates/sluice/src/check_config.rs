@@ -3,7 +3,6 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use anyhow::anyhow;
 use sluice_config::{Config, StoreConfig, format_duration};
 use sluice_core::Policy;
 
@@ -16,7 +15,7 @@ pub struct Args {
 
 /// Runs `sluice check-config`: prints the resolved configuration, or the error (exit 1).
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let config = sluice_config::load(&args.file).map_err(|e| anyhow!("{e}"))?;
+    let config = sluice_config::load(&args.file)?;
     print!("{}", describe(&config));
     println!("{}: OK", args.file.display());
     Ok(())

@@ -6,7 +6,6 @@ mod check_config;
 mod replay;
 mod serve;
 mod simulate;
-mod stores;
 mod traffic;
 
 /// sluice: rate limiting for HTTP APIs.
@@ -50,11 +49,11 @@ fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     if json {
-        let filter = [sluice_http::observe::EVENT_TARGET, sluice_http::observe::DECISION_TARGET]
+        let filter = [sluice_gateway::observe::EVENT_TARGET, sluice_gateway::observe::DECISION_TARGET]
             .iter()
             .filter_map(|target| format!("{target}=info").parse().ok())
             .fold(filter, |f, directive| f.add_directive(directive));
-        let subscriber = sluice_http::observe::json_lines(std::io::stdout, filter);
+        let subscriber = sluice_gateway::observe::json_lines(std::io::stdout, filter);
         let _ = tracing::subscriber::set_global_default(subscriber);
     } else {
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use sluice_core::{Policy, SystemClock};
-use sluice_http::gateway::Gateway;
-use sluice_http::observe::{self, admin::serve_admin};
-use sluice_http::seed::{SeedConfig, SeedService};
-use sluice_http::serve::{Listeners, serve_per_core, termination};
+use sluice_gateway::admin::serve_admin;
+use sluice_gateway::gateway::Gateway;
+use sluice_gateway::observe;
+use sluice_gateway::seed::{SeedConfig, SeedService};
+use sluice_gateway::serve::{Listeners, serve_per_core, termination};
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
 use tokio::net::TcpListener;
 
@@ -45,8 +46,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn seed(drain: Duration) -> anyhow::Result<()> {
-    let cfg = SeedConfig::from_lookup(|k| std::env::var(k).ok()).map_err(|e| anyhow!("{e}"))?;
-    let bucket = cfg.policy().map_err(|e| anyhow!("{e}"))?;
+    let cfg = SeedConfig::from_lookup(|k| std::env::var(k).ok())?;
+    let bucket = cfg.policy()?;
     let policies = vec![NamedPolicy { name: "per-ip".into(), policy: Policy::from(bucket) }];
     let store = MemoryStore::new(policies, MemoryOptions::default(), Arc::new(SystemClock::new()));
     let listeners = bind_any(cfg.port)?;
@@ -78,10 +79,10 @@ fn bind_any(port: u16) -> anyhow::Result<Listeners> {
 }
 
 async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
-    let config = sluice_config::load(&path).map_err(|e| anyhow!("{e}"))?;
+    let config = sluice_config::load(&path)?;
     let listen = config.server.listen;
-    let factory = crate::stores::factory(&config)?;
-    let gateway = Arc::new(Gateway::new(config, factory).map_err(|e| anyhow!("{e}"))?);
+    let stores = sluice_gateway::stores::for_config(&config);
+    let gateway = Arc::new(Gateway::new(config, stores)?);
     let listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listeners.local_addr();
     // The admin listener (metrics, health, config) is apart from client traffic; it stops
@@ -135,15 +136,7 @@ async fn reload_on_hangup(hup: Option<Hangup>, gateway: Arc<Gateway>, path: Path
     {
         let Some(mut hup) = hup else { return };
         while hup.recv().await.is_some() {
-            let result = match sluice_config::load(&path) {
-                Ok(config) => gateway.reload(config),
-                Err(e) => {
-                    let refused = Err(e.to_string());
-                    gateway.observer().reloaded(&refused);
-                    refused
-                }
-            };
-            if let Err(e) = result {
+            if let Err(e) = gateway.reload_file(&path) {
                 // One write, so a reader never sees half the line.
                 let line = format!("sluice reload refused, keeping the running configuration: {e}\n");
                 let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());

@@ -18,10 +18,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use sluice_config::{Config, KeySource, KeySpec};
 use sluice_core::{Clock, ManualClock, NANOS_PER_SEC, Nanos};
-use sluice_http::gateway::{Gateway, StoreFactory};
-use sluice_http::keys::{RequestFacts, key_for};
-use sluice_http::memory_factory::{MemoryFactory, memory_options, named_policies};
-use sluice_http::observe::{Observer, RandomSource, ThreadRandom, admin::serve_admin, json_lines};
+use sluice_gateway::admin::serve_admin;
+use sluice_gateway::error::GatewayError;
+use sluice_gateway::gateway::Gateway;
+use sluice_gateway::observe::{Observer, SampleSource, ThreadRandom, json_lines};
+use sluice_gateway::stores::StoreBuilder;
+use sluice_gateway::stores::{MemoryStores, memory_options, named_policies};
+use sluice_http::identity::Client as ClientId;
+use sluice_http::keys::{KeyBuilder, RequestFacts};
 use sluice_store::{Check, KeyHasher, KeyStats, MemoryStore, NamedPolicy, Store, StoreError, StoreFuture};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -112,13 +116,13 @@ async fn listen() -> (TcpListener, SocketAddr) {
 }
 
 impl Harness {
-    async fn start(toml: &str, observer: Observer, factory: Box<dyn StoreFactory>) -> Self {
+    async fn start(toml: &str, observer: Observer, factory: Box<dyn StoreBuilder>) -> Self {
         let gateway = Arc::new(Gateway::with_observer(config(toml), factory, Arc::new(observer)).expect("gateway"));
         let (listener, addr) = listen().await;
         let (admin_listener, admin) = listen().await;
         let (stop_gw, gw_stopped) = oneshot::channel::<()>();
         let (stop_admin, admin_stopped) = oneshot::channel::<()>();
-        tokio::spawn(sluice_http::serve::serve(
+        tokio::spawn(sluice_gateway::serve::serve(
             listener,
             gateway.clone(),
             async move {
@@ -135,7 +139,7 @@ impl Harness {
 
     /// A memory-store gateway whose store reads `store_clock`.
     async fn memory(toml: &str, observer: Observer, store_clock: Arc<ManualClock>) -> Self {
-        Self::start(toml, observer, Box::new(MemoryFactory::new(store_clock))).await
+        Self::start(toml, observer, Box::new(MemoryStores::new(store_clock))).await
     }
 
     async fn send(&self, to: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
@@ -239,7 +243,7 @@ fn requests(m: &Metrics, route: &str, outcome: &str) -> f64 {
 }
 
 /// An observer whose decision log cap reads `clock` and whose sampling draws `random`.
-fn observer(clock: Arc<ManualClock>, random: Arc<dyn RandomSource>) -> Observer {
+fn observer(clock: Arc<ManualClock>, random: Arc<dyn SampleSource>) -> Observer {
     Observer::with_sources(clock, random)
 }
 
@@ -464,18 +468,18 @@ async fn a_denial_line_names_its_policy_and_carries_no_raw_ip_email_or_api_key()
     // an account's lines), 128 bits in hex.
     let hasher = KeyHasher::from_secret(b"a shared secret of the test, 32+");
     let json: serde_json::Value = serde_json::from_str(body).unwrap();
+    let ip = "203.0.113.77".parse().unwrap();
+    let client = ClientId { ip, grouped: ip, peer_trusted: true };
     let facts = RequestFacts {
         method: "POST",
         path: "/api/password-reset",
         route: "password-reset",
-        client: "203.0.113.77".parse().unwrap(),
-        peer_trusted: true,
+        client: &client,
         headers: &http::HeaderMap::new(),
-        user_header: None,
         json: Some(&json),
     };
     let spec = KeySpec { parts: vec![vec![KeySource::Json("/email".into())]] };
-    let expected = key_for(&hasher, "per-account", &spec, &facts).0.to_hex();
+    let expected = KeyBuilder::new(hasher, None).key("per-account", &spec, &facts).0.to_hex();
     assert_eq!(denial["key_hash"], expected.as_str());
     assert_eq!(expected.len(), 32);
 
@@ -530,7 +534,7 @@ denials_per_second = 50
 #[derive(Debug)]
 struct Cycle(Vec<u64>, Mutex<usize>);
 
-impl RandomSource for Cycle {
+impl SampleSource for Cycle {
     fn next_u64(&self) -> u64 {
         let mut i = self.1.lock().unwrap();
         *i += 1;
@@ -605,10 +609,10 @@ impl Store for Switchable {
     }
 }
 
-struct SwitchFactory(Arc<Switchable>);
+struct SwitchStores(Arc<Switchable>);
 
-impl StoreFactory for SwitchFactory {
-    fn build(&self, _config: &Config, _previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, String> {
+impl StoreBuilder for SwitchStores {
+    fn build(&self, _config: &Config, _previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, GatewayError> {
         Ok(self.0.clone())
     }
 }
@@ -642,7 +646,7 @@ async fn readyz_turns_unready_when_the_store_cannot_serve_and_failures_are_count
         up: AtomicBool::new(true),
     });
     let obs = observer(clock.clone(), Arc::new(ThreadRandom));
-    let h = Harness::start(HELLO, obs, Box::new(SwitchFactory(store.clone()))).await;
+    let h = Harness::start(HELLO, obs, Box::new(SwitchStores(store.clone()))).await;
 
     let ready = h.admin("/readyz").await;
     assert_eq!((ready.status, ready.json()["status"].as_str()), (200, Some("ready")));

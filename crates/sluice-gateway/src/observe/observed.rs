@@ -1,21 +1,23 @@
 //! Metric handles and the decision log of one loaded configuration, resolved once.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use prometheus_client::metrics::counter::Counter;
 use sluice_config::Config;
 use sluice_core::{Decision, ceil_millis};
+use sluice_http::enforce::{Outcome, PolicyInfo};
+use sluice_http::keys::KeyKind;
+use sluice_http::pipeline::{Ruling, Timing};
 use sluice_store::{Check, StoreError};
 
 use super::Observer;
 use super::decision_log::{DecisionLine, DecisionLog};
 use super::histogram::LatencyHistogram;
 use super::metrics::{DECISION_OUTCOMES, DecisionLabels, REQUEST_OUTCOMES, RequestLabels, StoreLabels, error_kind};
-use crate::enforce::{Outcome, PolicyInfo};
 
-/// The `route` label (and log field) of decisions made through `POST /v1/check`.
-pub const CHECK_API_ROUTE: &str = crate::check_api::PATH;
+/// The `route` label (and log field) of decisions made through the decision API; it is also the
+/// API's path.
+pub const CHECK_API_ROUTE: &str = "/v1/check";
 /// The `route` label of requests that matched no configured route.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
@@ -28,7 +30,9 @@ const ERROR: usize = 3;
 /// one per request outcome.
 #[derive(Debug, Clone)]
 struct RouteHandles {
+    /// Per limit: allowed, denied, shadow-denied, error.
     limits: Vec<[Counter; 4]>,
+    /// Per request: allowed, denied, error.
     requests: [Counter; 3],
 }
 
@@ -37,31 +41,36 @@ struct RouteHandles {
 /// decision log policy of its `[decision_log]`.
 #[derive(Debug, Clone)]
 pub struct Observed {
+    /// The families and log sources, shared across reloads.
     observer: Arc<Observer>,
+    /// This configuration's `[decision_log]` policy.
     log: Arc<DecisionLog>,
+    /// Per configured route (same order), its counters.
     routes: Vec<RouteHandles>,
     /// `/v1/check`, one entry per policy.
     api: RouteHandles,
+    /// Requests that matched no route.
     unmatched: Counter,
+    /// Decision latency, key building included.
     decision_duration: LatencyHistogram,
+    /// Store latency.
     store_latency: LatencyHistogram,
+    /// The store's kind, for labels and log lines.
     store: &'static str,
 }
 
-/// What the gateway measured about one request's decision.
-#[derive(Debug, Clone, Copy)]
-pub struct Timing {
-    /// From the start of key building to the store's answer, ns.
-    pub decision_ns: u64,
-    /// The store call(s), ns.
-    pub store_ns: u64,
-}
+/// A request's decision line, if it gets one, waiting for the response status.
+#[derive(Debug)]
+#[must_use = "a pending line is written by `emit`"]
+pub struct PendingLine<'a>(Option<DecisionLine<'a>>);
 
-impl Timing {
-    /// The timing of a decision that started at `start` and asked the store at `asked`, ending now.
-    pub fn since(start: Instant, asked: Instant) -> Self {
-        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        Self { decision_ns: ns(start.elapsed()), store_ns: ns(asked.elapsed()) }
+impl PendingLine<'_> {
+    /// Writes the line, if any, with the response's `status` (0: the connection was dropped).
+    pub fn emit(self, status: u16) {
+        if let Some(mut line) = self.0 {
+            line.status = status;
+            line.emit();
+        }
     }
 }
 
@@ -123,6 +132,33 @@ impl Observed {
         self.observer.metrics().shed.inc();
     }
 
+    /// Counts a decided request of route `route` (`None`: the decision API) named `route_name`,
+    /// and picks its decision line, written by [`PendingLine::emit`] once the status is known.
+    pub fn record<'a>(&self, route: Option<usize>, route_name: &'a str, ruling: &'a Ruling<'_>) -> PendingLine<'a> {
+        let policies = ruling.policies();
+        match &ruling.outcome {
+            Ok(outcome) => {
+                self.decided(route, &ruling.checks, policies, outcome, ruling.timing);
+                PendingLine(self.pick(outcome).map(|(i, verdict)| {
+                    let kind = ruling.kinds.get(i).copied().unwrap_or("absent");
+                    self.line(
+                        route_name,
+                        policies,
+                        &ruling.checks[i],
+                        &outcome.decisions[i],
+                        verdict,
+                        kind,
+                        ruling.timing,
+                    )
+                }))
+            }
+            Err(e) => {
+                let kind = ruling.kinds.first().copied().unwrap_or("absent");
+                PendingLine(self.failed(route, route_name, &ruling.checks, policies, e, ruling.timing, kind))
+            }
+        }
+    }
+
     fn handles(&self, route: Option<usize>) -> Option<&RouteHandles> {
         match route {
             Some(i) => self.routes.get(i),
@@ -162,20 +198,19 @@ impl Observed {
         h.requests[if outcome.allowed { ALLOWED } else { DENIED }].inc();
     }
 
-    /// Counts a request its store could not decide, and logs the failure (a service event when
-    /// the store starts failing; a decision line under the denial cap).
+    /// Counts a request its store could not decide, logs the failure as a service event when
+    /// the store starts failing, and gives its decision line when under the denial cap.
     #[allow(clippy::too_many_arguments)]
-    pub fn failed(
+    fn failed<'a>(
         &self,
         route: Option<usize>,
-        route_name: &str,
+        route_name: &'a str,
         checks: &[Check],
-        policies: &[PolicyInfo],
+        policies: &'a [PolicyInfo],
         error: &StoreError,
         timing: Timing,
-        key_type: &'static str,
-        status: u16,
-    ) {
+        key_type: KeyKind,
+    ) -> Option<DecisionLine<'a>> {
         self.times(timing);
         self.observer.metrics().store_error(self.store, error);
         self.observer.store_failed(self.store, error);
@@ -188,12 +223,12 @@ impl Observed {
             }
             h.requests[2].inc();
         }
-        let Some(first) = checks.first() else { return };
+        let first = checks.first()?;
         if !self.log.admit_denial() {
-            return;
+            return None;
         }
         let info = policies.get(first.policy);
-        DecisionLine {
+        Some(DecisionLine {
             route: route_name,
             policy: info.map_or("", |p| p.name.as_str()),
             algorithm: info.map_or("", |p| p.policy.name()),
@@ -206,11 +241,10 @@ impl Observed {
             cost: first.cost,
             store: self.store,
             store_latency_us: timing.store_ns / 1_000,
-            status,
+            status: 0,
             shadow: info.is_some_and(|p| p.shadow),
             error: Some(error_kind(error)),
-        }
-        .emit();
+        })
     }
 
     fn times(&self, timing: Timing) {
@@ -235,18 +269,17 @@ impl Observed {
         Some((outcome.describe.unwrap_or(0), "allowed"))
     }
 
-    /// The line for check `i` of a decided request (see [`Observed::pick`]).
+    /// The line for check `i` of a decided request (see [`Observed::pick`]), its status still 0.
     #[allow(clippy::too_many_arguments)]
-    pub fn line<'a>(
+    fn line<'a>(
         &self,
         route: &'a str,
         policies: &'a [PolicyInfo],
         check: &Check,
         decision: &Decision,
         verdict: &'static str,
-        key_type: &'static str,
+        key_type: KeyKind,
         timing: Timing,
-        status: u16,
     ) -> DecisionLine<'a> {
         let info = policies.get(check.policy);
         DecisionLine {
@@ -262,7 +295,7 @@ impl Observed {
             cost: check.cost,
             store: self.store,
             store_latency_us: timing.store_ns / 1_000,
-            status,
+            status: 0,
             shadow: info.is_some_and(|p| p.shadow),
             error: None,
         }

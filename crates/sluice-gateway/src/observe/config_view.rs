@@ -13,7 +13,7 @@ const REDACTED: &str = "<redacted>";
 ///
 /// ```
 /// let c = sluice_config::parse("s.toml", "[server]\nkey_secret = \"0123456789abcdef-secret\"\n").unwrap();
-/// let v = sluice_http::observe::config_json(&c);
+/// let v = sluice_gateway::observe::config_json(&c);
 /// assert_eq!(v["server"]["key_secret"], "<redacted>");
 /// assert!(!v.to_string().contains("0123456789abcdef-secret"));
 /// ```

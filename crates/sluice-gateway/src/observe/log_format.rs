@@ -18,7 +18,7 @@ use tracing_subscriber::fmt::MakeWriter;
 /// }
 /// let buf = Buf::default();
 /// let sink = buf.clone();
-/// let subscriber = sluice_http::observe::json_lines(move || sink.clone(), "info".parse().unwrap());
+/// let subscriber = sluice_gateway::observe::json_lines(move || sink.clone(), "info".parse().unwrap());
 /// tracing::subscriber::with_default(subscriber, || tracing::info!(target: "sluice::event", event = "start", "hello"));
 /// let line: serde_json::Value = serde_json::from_slice(&buf.0.lock().unwrap()).unwrap();
 /// assert_eq!(line["event"], "start");

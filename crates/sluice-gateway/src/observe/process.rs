@@ -42,8 +42,11 @@ impl ProcessStats {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct StatTimes {
+    /// CPU time in user mode, clock ticks.
     utime: u64,
+    /// CPU time in the kernel, clock ticks.
     stime: u64,
+    /// When the process started, ticks since boot (for the start time).
     start_ticks: u64,
 }
 

@@ -9,15 +9,14 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use ipnet::IpNet;
-use sluice_config::{HeaderStyle, KeySpec};
-use sluice_core::{Clock, SystemClock};
-use sluice_store::{Check, KeyHasher, Store};
+use sluice_config::{HeaderStyle, KeySpec, RouteLimit, normalize_path};
+use sluice_store::{KeyHasher, Store};
 use tower::{Layer, Service};
 
-use crate::enforce::{Enforcer, PolicyInfo};
-use crate::headers::{retry_after_secs, write_denial_headers, write_denied, write_rate_limit_headers};
+use crate::enforce::Enforcer;
 use crate::identity::ClientIdentity;
-use crate::keys::{RequestFacts, key_for};
+use crate::keys::{KeyBuilder, RequestFacts};
+use crate::pipeline::{Action, Limiter};
 
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
@@ -31,26 +30,51 @@ pub enum LayerError {
     /// The layer does not read bodies: `json:` key parts need the gateway.
     #[error("key `{0}` reads the body; the tower layer supports header, ip, user, method, path and const parts")]
     BodyKey(String),
+    /// A cost that the policy can never admit (above its limit), or 0 (it would never charge).
+    #[error("cost {cost} under policy `{policy}` must be from 1 to the policy's limit {limit}")]
+    Cost {
+        /// The policy.
+        policy: String,
+        /// The cost asked.
+        cost: u64,
+        /// The policy's limit.
+        limit: u64,
+    },
 }
 
 /// Builds a [`RateLimitLayer`].
 pub struct RateLimitLayerBuilder {
+    /// The store whose policies the limits name.
     store: Arc<dyn Store>,
+    /// (policy name, key, cost) of every limit, resolved against the store in `build`.
     limits: Vec<(String, KeySpec, u64)>,
+    /// Proxies whose forwarding header is believed (none by default: the peer is the client).
     trusted: Vec<IpNet>,
+    /// The forwarding header those proxies write.
     forwarded: sluice_config::ForwardedHeader,
+    /// IPv6 clients are grouped by this prefix (default /56).
     ipv6_prefix: u8,
+    /// Rate-limit header styles (default draft-6).
     headers: Vec<HeaderStyle>,
+    /// The status of a denial (default 429).
     deny_status: u16,
+    /// The keyed hash (random secret per process unless given).
     hasher: KeyHasher,
+    /// The header with an authenticated user id, believed only from trusted proxies.
     user_header: Option<String>,
+    /// Finds the socket peer of a request.
     peer: PeerFn,
 }
 
 impl RateLimitLayerBuilder {
     /// Adds a limit: the store's policy `policy`, keyed by `key`, each request costing 1.
-    pub fn limit(mut self, policy: &str, key: KeySpec) -> Self {
-        self.limits.push((policy.to_string(), key, 1));
+    pub fn limit(self, policy: &str, key: KeySpec) -> Self {
+        self.limit_with_cost(policy, key, 1)
+    }
+
+    /// Adds a limit whose every request costs `cost` (an expensive endpoint spends more).
+    pub fn limit_with_cost(mut self, policy: &str, key: KeySpec, cost: u64) -> Self {
+        self.limits.push((policy.to_string(), key, cost));
         self
     }
 
@@ -86,7 +110,7 @@ impl RateLimitLayerBuilder {
 
     /// The header with the authenticated user id (believed only from trusted proxies).
     pub fn user_header(mut self, name: &str) -> Self {
-        self.user_header = Some(name.to_ascii_lowercase());
+        self.user_header = Some(name.to_owned());
         self
     }
 
@@ -101,44 +125,38 @@ impl RateLimitLayerBuilder {
 
     /// Checks the limits against the store's policies and builds the layer.
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
-        let policies: Vec<PolicyInfo> = self
-            .store
-            .policies()
-            .iter()
-            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false })
-            .collect();
+        let enforcer = Enforcer::of_store(self.store);
         let mut limits = Vec::new();
         for (name, key, cost) in self.limits {
-            let policy = policies.iter().position(|p| p.name == name).ok_or(LayerError::UnknownPolicy(name))?;
+            let Some(policy) = enforcer.policy_index(&name) else { return Err(LayerError::UnknownPolicy(name)) };
+            let limit = enforcer.policies()[policy].policy.limit();
+            if cost == 0 || cost > limit {
+                return Err(LayerError::Cost { policy: name, cost, limit });
+            }
             if key.needs_body() {
                 return Err(LayerError::BodyKey(key.to_string()));
             }
-            limits.push((policy, key, cost));
+            limits.push(RouteLimit { policy, key, cost });
         }
-        Ok(RateLimitLayer {
-            shared: Arc::new(Shared {
-                enforcer: Enforcer::new(self.store, self.hasher, policies),
-                limits,
-                identity: ClientIdentity::new(self.trusted, self.ipv6_prefix).with_header(self.forwarded),
-                headers: self.headers,
-                deny_status: StatusCode::from_u16(self.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
-                user_header: self.user_header,
-                peer: self.peer,
-                clock: SystemClock::new(),
-            }),
-        })
+        let limiter = Limiter::new(
+            enforcer,
+            KeyBuilder::new(self.hasher, self.user_header),
+            ClientIdentity::new(self.trusted, self.ipv6_prefix).with_header(self.forwarded),
+            self.headers,
+            StatusCode::from_u16(self.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+        );
+        Ok(RateLimitLayer { shared: Arc::new(Shared { limiter, limits, peer: self.peer }) })
     }
 }
 
+/// What every clone of the layer and its services share.
 struct Shared {
-    enforcer: Enforcer,
-    limits: Vec<(usize, KeySpec, u64)>,
-    identity: ClientIdentity,
-    headers: Vec<HeaderStyle>,
-    deny_status: StatusCode,
-    user_header: Option<String>,
+    /// The decision pipeline (store, keys, identity, response settings).
+    limiter: Limiter,
+    /// The limits every request must pass, resolved to the store's policy indices.
+    limits: Vec<RouteLimit>,
+    /// Finds the socket peer in a request's extensions (where depends on the server).
     peer: PeerFn,
-    clock: SystemClock,
 }
 
 /// Rate-limits the wrapped service: a request passes only if every limit admits it; a denial
@@ -166,6 +184,7 @@ struct Shared {
 /// ```
 #[derive(Clone)]
 pub struct RateLimitLayer {
+    /// The limiter and limits, shared by every service the layer wraps.
     shared: Arc<Shared>,
 }
 
@@ -198,7 +217,9 @@ impl<S> Layer<S> for RateLimitLayer {
 /// The service [`RateLimitLayer`] produces.
 #[derive(Clone)]
 pub struct RateLimit<S> {
+    /// The wrapped service, called only for admitted requests.
     inner: S,
+    /// The layer's limiter and limits.
     shared: Arc<Shared>,
 }
 
@@ -221,63 +242,34 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
+        let limiter = &shared.limiter;
         let peer = (shared.peer)(req.extensions()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-        let client = shared.identity.client_ip(peer, req.headers());
-        let normal_path = sluice_config::normalize_path(req.uri().path()).into_owned();
+        let client = limiter.client(peer, req.headers());
+        let path = normalize_path(req.uri().path());
         let facts = RequestFacts {
             method: req.method().as_str(),
-            path: &normal_path,
-            route: &normal_path,
-            client: shared.identity.group(client),
-            peer_trusted: shared.identity.is_trusted(peer),
+            path: &path,
+            route: &path,
+            client: &client,
             headers: req.headers(),
-            user_header: shared.user_header.as_deref(),
             json: None,
         };
-        let enforcer = &shared.enforcer;
-        let checks: Vec<Check> = shared
-            .limits
-            .iter()
-            .map(|(policy, key, cost)| Check {
-                policy: *policy,
-                key: key_for(enforcer.hasher(), &enforcer.policies()[*policy].name, key, &facts).0,
-                cost: *cost,
-            })
-            .collect();
+        let checks = limiter.checks(&shared.limits, &facts);
         Box::pin(async move {
-            let outcome = match shared.enforcer.decide(&checks).await {
-                Ok(o) => o,
-                Err(e) => {
-                    tracing::warn!(target: "sluice::store", error = %e, "store could not decide");
-                    let mut res = Response::new(R::from(Bytes::from_static(
-                        br#"{"error":"limiter_unavailable","message":"The rate limiter is unavailable; retry shortly."}"#,
-                    )));
-                    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                    write_denial_headers(res.headers_mut(), 1);
-                    return Ok(res);
+            let ruling = shared.limiter.decide(checks).await;
+            let delay = match ruling.action() {
+                Action::Admit { delay } => delay,
+                Action::Deny(answer) => return Ok(answer.into_response(R::from)),
+                Action::Unavailable(answer) => {
+                    tracing::warn!(target: "sluice::store", "store could not decide; answering 503");
+                    return Ok(answer.into_response(R::from));
                 }
             };
-            let view = shared.enforcer.view(&checks, &outcome);
-            let unix_now = shared.clock.now() / 1_000_000_000;
-            if !outcome.allowed {
-                let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
-                let mut res = Response::new(R::from(crate::respond::denial_body(secs)));
-                *res.status_mut() = shared.deny_status;
-                res.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/json; charset=utf-8"),
-                );
-                write_denied(res.headers_mut(), &shared.headers, view.as_ref(), unix_now);
-                return Ok(res);
-            }
-            let delay = outcome.delay();
-            if delay > 0 {
-                tokio::time::sleep(std::time::Duration::from_nanos(delay)).await;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
             }
             let mut res = inner.call(req).await?;
-            if let Some(v) = &view {
-                write_rate_limit_headers(res.headers_mut(), &shared.headers, v, unix_now);
-            }
+            ruling.write_headers(res.headers_mut());
             Ok(res)
         })
     }

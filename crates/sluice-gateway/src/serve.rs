@@ -84,7 +84,9 @@ pub async fn serve<H: Handler>(
 /// where the system has it) so that the kernel spreads new connections across the workers.
 #[derive(Debug)]
 pub struct Listeners {
+    /// One socket per worker thread, all on one port.
     sockets: Vec<std::net::TcpListener>,
+    /// The address bound (the port chosen when 0 was asked).
     addr: SocketAddr,
 }
 

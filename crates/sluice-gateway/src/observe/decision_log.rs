@@ -11,7 +11,7 @@ use sluice_store::KeyHash;
 pub const TARGET: &str = "sluice::decision";
 
 /// Where sampling draws come from: uniform `u64`s. Injected so tests are deterministic.
-pub trait RandomSource: Send + Sync + fmt::Debug {
+pub trait SampleSource: Send + Sync + fmt::Debug {
     /// The next draw.
     fn next_u64(&self) -> u64;
 }
@@ -20,7 +20,7 @@ pub trait RandomSource: Send + Sync + fmt::Debug {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadRandom;
 
-impl RandomSource for ThreadRandom {
+impl SampleSource for ThreadRandom {
     fn next_u64(&self) -> u64 {
         rand::random()
     }
@@ -58,7 +58,7 @@ impl Sampling {
 /// ```
 /// use std::sync::Arc;
 /// use sluice_core::{ManualClock, NANOS_PER_SEC};
-/// use sluice_http::observe::{DecisionLog, ThreadRandom};
+/// use sluice_gateway::observe::{DecisionLog, ThreadRandom};
 /// use prometheus_client::metrics::counter::Counter;
 ///
 /// let clock = Arc::new(ManualClock::new(0));
@@ -72,11 +72,17 @@ impl Sampling {
 /// assert!(!log.sample_admitted());
 /// ```
 pub struct DecisionLog {
+    /// Which admitted decisions get a line.
     sampling: Sampling,
+    /// The denial cap (the core's token bucket); `None` logs no denial.
     cap: Option<TokenBucket>,
+    /// The cap's one bucket.
     cap_state: Mutex<GcraState>,
+    /// Time for the cap.
     clock: Arc<dyn Clock>,
-    random: Arc<dyn RandomSource>,
+    /// Draws for sampling.
+    random: Arc<dyn SampleSource>,
+    /// Counts the denial lines the cap refused.
     dropped: Counter,
 }
 
@@ -92,7 +98,7 @@ impl DecisionLog {
     pub fn new(
         config: &sluice_config::DecisionLog,
         clock: Arc<dyn Clock>,
-        random: Arc<dyn RandomSource>,
+        random: Arc<dyn SampleSource>,
         dropped: Counter,
     ) -> Self {
         let rate = config.denials_per_second;
@@ -207,7 +213,7 @@ mod tests {
     #[derive(Debug)]
     struct Cycle(Vec<u64>, AtomicUsize);
 
-    impl RandomSource for Cycle {
+    impl SampleSource for Cycle {
         fn next_u64(&self) -> u64 {
             let i = self.1.fetch_add(1, Ordering::Relaxed);
             self.0[i % self.0.len()]

@@ -6,7 +6,6 @@
 //!   resolved from `(route, policy)` label sets when the configuration is loaded, histogram
 //!   handles, and the [`DecisionLog`] policy of its `[decision_log]`. A request only adds to
 //!   atomics; a decision log line is built only when it is written.
-//! - [`admin`] serves `GET /metrics`, `/healthz`, `/readyz` and `/config` on its own listener.
 //! - [`json_lines`] is the log format of `sluice serve --config`: one JSON object per line.
 //!
 //! Label values are bounded: route names from the configuration (or `unmatched`, or
@@ -15,9 +14,9 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use sluice_http::observe::{Observer, Scrape};
+//! use sluice_gateway::observe::{Observer, Scrape};
 //! let observer = Arc::new(Observer::new());
-//! observer.reloaded(&Err("bad file".into()));
+//! observer.reloaded(&Err(sluice_gateway::error::GatewayError::NeedsRestart("server.listen")));
 //! let text = observer.metrics().render(Scrape {
 //!     in_flight: 0, store: "memory", ready: true, keys: vec![], breaker_open: None, deny_cache_hits: None,
 //! });
@@ -25,7 +24,6 @@
 //! assert!(text.ends_with("# EOF\n"));
 //! ```
 
-pub mod admin;
 mod config_view;
 mod decision_log;
 mod events;
@@ -41,20 +39,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use sluice_core::{Clock, SystemClock};
 use sluice_store::StoreError;
 
+use crate::error::GatewayError;
+
 pub use config_view::config_json;
-pub use decision_log::{DecisionLine, DecisionLog, RandomSource, TARGET as DECISION_TARGET, ThreadRandom};
+pub use decision_log::{DecisionLine, DecisionLog, SampleSource, TARGET as DECISION_TARGET, ThreadRandom};
 pub use events::{TARGET as EVENT_TARGET, started, stopped};
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
 pub use metrics::{Metrics, Scrape, error_kind};
-pub use observed::{CHECK_API_ROUTE, Observed, Timing, UNMATCHED_ROUTE};
+pub use observed::{CHECK_API_ROUTE, Observed, PendingLine, UNMATCHED_ROUTE};
 pub use process::{ProcessCollector, ProcessStats};
 
 /// The gateway's metrics and the sources of its decision log, shared across reloads.
 pub struct Observer {
+    /// The metric families (one registry for the process).
     metrics: Metrics,
+    /// Clock of the decision log's denial cap (manual in tests).
     clock: Arc<dyn Clock>,
-    random: Arc<dyn RandomSource>,
+    /// Draws for sampling admitted decisions (fixed in tests).
+    random: Arc<dyn SampleSource>,
+    /// Whether the store is failing now: its first failure and its recovery are logged once.
     store_failing: AtomicBool,
 }
 
@@ -78,7 +82,7 @@ impl Observer {
     }
 
     /// Like [`Observer::new`], with the decision log's clock and random draws given (tests).
-    pub fn with_sources(clock: Arc<dyn Clock>, random: Arc<dyn RandomSource>) -> Self {
+    pub fn with_sources(clock: Arc<dyn Clock>, random: Arc<dyn SampleSource>) -> Self {
         Self { metrics: Metrics::new(), clock, random, store_failing: AtomicBool::new(false) }
     }
 
@@ -93,7 +97,7 @@ impl Observer {
     }
 
     /// Counts and logs a configuration reload: applied, or refused (the running one kept).
-    pub fn reloaded(&self, result: &Result<(), String>) {
+    pub fn reloaded(&self, result: &Result<(), GatewayError>) {
         self.metrics.reload(result.is_ok());
         match result {
             Ok(()) => tracing::info!(target: events::TARGET, event = "reload", result = "ok", "configuration reloaded"),

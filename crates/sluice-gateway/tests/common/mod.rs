@@ -20,8 +20,8 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use sluice_core::{Clock, ManualClock, NANOS_PER_SEC};
-use sluice_http::gateway::Gateway;
-use sluice_http::memory_factory::MemoryFactory;
+use sluice_gateway::gateway::Gateway;
+use sluice_gateway::stores::MemoryStores;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -62,12 +62,12 @@ pub async fn start(toml: &str) -> (TestGateway, Arc<ManualClock>) {
 
 /// A gateway over `toml` whose store reads `clock`.
 pub async fn start_with_clock(toml: &str, clock: Arc<dyn Clock>) -> TestGateway {
-    let gateway = Gateway::new(config(toml), Box::new(MemoryFactory::new(clock))).expect("gateway builds");
+    let gateway = Gateway::new(config(toml), Box::new(MemoryStores::new(clock))).expect("gateway builds");
     let gateway = Arc::new(gateway);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(sluice_http::serve::serve(
+    tokio::spawn(sluice_gateway::serve::serve(
         listener,
         gateway.clone(),
         async move {

@@ -13,9 +13,8 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
-use super::config_json;
-use super::metrics::Scrape;
 use crate::gateway::Gateway;
+use crate::observe::{Scrape, config_json};
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler, serve};
 
@@ -25,6 +24,7 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 /// Answers the admin endpoints for one gateway.
 #[derive(Clone)]
 pub struct Admin {
+    /// The gateway whose metrics, readiness and configuration are shown.
     gateway: Arc<Gateway>,
 }
 
@@ -38,13 +38,13 @@ impl Admin {
     /// the store's keys, readiness, breaker), then the process.
     pub fn metrics_text(&self) -> String {
         let loaded = self.gateway.config();
-        let scrape = Scrape::of(loaded.enforcer.store().as_ref(), self.gateway.in_flight());
+        let scrape = Scrape::of(loaded.store().as_ref(), self.gateway.in_flight());
         self.gateway.observer().metrics().render(scrape)
     }
 
     /// True when the store in use can decide, or its failure mode lets the gateway serve.
     pub fn ready(&self) -> bool {
-        self.gateway.config().enforcer.store().ready()
+        self.gateway.config().store().ready()
     }
 
     fn answer(&self, method: &Method, path: &str) -> Response<Body> {
@@ -57,7 +57,7 @@ impl Admin {
             "/metrics" => text(200, METRICS_CONTENT_TYPE, self.metrics_text()),
             "/healthz" => respond::json(200, &serde_json::json!({ "status": "alive" })),
             "/readyz" => {
-                let store = self.gateway.config().enforcer.store().kind();
+                let store = self.gateway.config().store().kind();
                 if self.ready() {
                     respond::json(200, &serde_json::json!({ "status": "ready", "store": store }))
                 } else {

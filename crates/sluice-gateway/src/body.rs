@@ -12,8 +12,11 @@ use hyper::body::Incoming;
 /// A request body whose first bytes were read (to find a key) and are replayed before the rest.
 #[derive(Debug)]
 pub struct ReplayBody {
+    /// The bytes already read, sent first.
     prefix: Option<Bytes>,
+    /// Trailers met while reading a whole body, sent last.
     trailers: Option<HeaderMap>,
+    /// What was not read, streamed after the prefix.
     rest: Option<Incoming>,
 }
 

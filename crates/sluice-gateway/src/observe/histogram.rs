@@ -32,6 +32,7 @@ const BOUNDS_NS: [u64; 16] = [
 struct Inner {
     /// Observations per bucket (not cumulative); the last counts those above every bound.
     buckets: [AtomicU64; BOUNDS_NS.len() + 1],
+    /// Sum of all observations, ns (exported in seconds as `_sum`).
     sum_ns: AtomicU64,
 }
 
@@ -42,7 +43,7 @@ struct Inner {
 /// `+Inf` bucket.
 ///
 /// ```
-/// use sluice_http::observe::LatencyHistogram;
+/// use sluice_gateway::observe::LatencyHistogram;
 /// let h = LatencyHistogram::default();
 /// h.observe_nanos(3_000);
 /// h.observe_nanos(2_000_000_000);
@@ -50,6 +51,7 @@ struct Inner {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LatencyHistogram {
+    /// The counts, shared by every clone of the handle.
     inner: Arc<Inner>,
 }
 

@@ -54,14 +54,23 @@ pub(crate) const REQUEST_OUTCOMES: [&str; 3] = ["allowed", "denied", "error"];
 /// configuration is loaded (see `Observed`), so a request only adds to atomics.
 #[derive(Debug)]
 pub struct Metrics {
+    /// Every family below, for the text exposition.
     registry: Registry,
+    /// `sluice_decisions_total`: one per limit decided (route, policy, algorithm, outcome).
     pub(crate) decisions: Family<DecisionLabels, Counter>,
+    /// `sluice_requests_total`: one per request (route, outcome).
     pub(crate) requests: Family<RequestLabels, Counter>,
+    /// `sluice_decision_duration_seconds`: key building and store, per store kind.
     pub(crate) decision_duration: Family<StoreLabels, LatencyHistogram>,
+    /// `sluice_store_latency_seconds`: the store call alone.
     pub(crate) store_latency: Family<StoreLabels, LatencyHistogram>,
+    /// `sluice_store_errors_total`, by store and error kind.
     store_errors: Family<StoreErrorLabels, Counter>,
+    /// `sluice_shed_total`: requests refused beyond `max_in_flight`.
     pub(crate) shed: Counter,
+    /// `sluice_config_reloads_total`, applied or refused.
     reloads: Family<ReloadLabels, Counter>,
+    /// `sluice_decision_log_dropped_total`: lines the denial cap refused.
     pub(crate) log_dropped: Counter,
 }
 

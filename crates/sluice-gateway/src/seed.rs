@@ -13,8 +13,10 @@ use hyper::body::Incoming;
 use sluice_core::{ParamError, TokenBucket};
 use sluice_store::{Check, KeyHasher, MemoryStore};
 
-use crate::headers::{retry_after_secs, write_denial_headers};
-use crate::identity::ClientIdentity;
+use sluice_http::headers::{retry_after_secs, write_denial_headers};
+use sluice_http::identity::ClientIdentity;
+use sluice_http::response::Answer;
+
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
 
@@ -53,7 +55,7 @@ impl SeedConfig {
     /// variables take their defaults; anything malformed is an error naming the variable.
     ///
     /// ```
-    /// use sluice_http::seed::SeedConfig;
+    /// use sluice_gateway::seed::SeedConfig;
     /// let env = |k: &str| (k == "RATE_LIMIT_CAPACITY").then(|| "abc".to_string());
     /// let err = SeedConfig::from_lookup(env).unwrap_err();
     /// assert_eq!(err.name, "RATE_LIMIT_CAPACITY");
@@ -115,9 +117,13 @@ impl SeedConfig {
 
 /// The default service. Its store must hold one policy: the seed token bucket.
 pub struct SeedService {
+    /// The bucket per client address (policy 0); the memory store's single-check path.
     store: Arc<MemoryStore>,
+    /// Hashes client addresses before they reach the store (a random secret per process).
     hasher: KeyHasher,
+    /// Trusts nobody: the tutorial keys on the socket peer, IPv6 grouped by /56.
     identity: ClientIdentity,
+    /// The bucket's capacity, for `RateLimit-Limit`.
     capacity: u64,
 }
 
@@ -161,7 +167,7 @@ impl SeedService {
         let check = Check { policy: 0, key: self.hasher.hash(&[b"ip", &grouped]), cost: 1 };
         let decision = match self.store.decide_one_now(&check) {
             Ok(d) => d,
-            Err(e) => return crate::gateway::store_failure(&e),
+            Err(_) => return respond::answer(Answer::limiter_unavailable()),
         };
         let quota = |res: &mut Response<Body>| {
             res.headers_mut().insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(self.capacity));

@@ -12,6 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::body::ReplayBody;
+use crate::error::GatewayError;
 use crate::respond::{self, Body};
 
 type Pooled = Client<HttpConnector, ReplayBody>;
@@ -23,8 +24,11 @@ type Pooled = Client<HttpConnector, ReplayBody>;
 /// proxied request to another thread and back.
 #[derive(Debug, Clone)]
 pub struct Upstream {
+    /// Names this upstream's pool in each thread's pool list (one per loaded configuration).
     id: u64,
+    /// `host:port` every forwarded request is sent to.
     authority: http::uri::Authority,
+    /// How long to wait for the response headers before answering 504.
     timeout: Duration,
 }
 
@@ -47,9 +51,10 @@ fn new_pool() -> Pooled {
 
 impl Upstream {
     /// A client for `url` (`http://host:port`), waiting at most `timeout` for response headers.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, String> {
-        let uri: Uri = url.parse().map_err(|e| format!("upstream url `{url}`: {e}"))?;
-        let authority = uri.authority().cloned().ok_or_else(|| format!("upstream url `{url}` has no host"))?;
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, GatewayError> {
+        let bad = |reason: String| GatewayError::UpstreamUrl { url: url.to_owned(), reason };
+        let uri: Uri = url.parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+        let authority = uri.authority().cloned().ok_or_else(|| bad("it has no host".into()))?;
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Self { id, authority, timeout })

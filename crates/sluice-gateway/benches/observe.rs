@@ -3,16 +3,17 @@
 //! decision itself for scale. Logging is off in the bench (no subscriber), so a chosen line costs
 //! only its construction.
 //!
-//! `cargo bench -p sluice-http --bench observe`
+//! `cargo bench -p sluice-gateway --bench observe`
 
 use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::Criterion;
 use sluice_core::{ManualClock, NANOS_PER_SEC};
+use sluice_gateway::observe::{Observed, Observer, ThreadRandom};
+use sluice_gateway::stores::{memory_options, named_policies};
 use sluice_http::enforce::{Outcome, PolicyInfo};
-use sluice_http::memory_factory::{memory_options, named_policies};
-use sluice_http::observe::{Observed, Observer, ThreadRandom, Timing};
+use sluice_http::pipeline::Timing;
 use sluice_store::{Check, KeyHasher, MemoryStore};
 
 const CONFIG: &str = r#"

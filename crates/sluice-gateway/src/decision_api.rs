@@ -1,0 +1,156 @@
+//! `POST /v1/check`: the decision service, for applications that ask instead of proxying.
+
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde::{Deserialize, Serialize};
+use sluice_core::{Decision, ceil_millis};
+use sluice_http::pipeline::{Checks, Limiter};
+use sluice_http::response::Answer;
+use sluice_store::Check;
+
+use crate::observe::{CHECK_API_ROUTE, Observed};
+use crate::respond::{self, Body};
+
+/// The path of the decision API (also its `route` label in metrics and logs).
+pub const PATH: &str = CHECK_API_ROUTE;
+
+/// Largest request body the decision API reads.
+const MAX_BODY: usize = 64 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OneCheck {
+    /// The policy's name.
+    policy: String,
+    /// The caller's key (hashed before it reaches the store).
+    key: String,
+    /// What this check costs (default 1).
+    #[serde(default = "one")]
+    cost: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum CheckRequest {
+    Many { checks: Vec<OneCheck> },
+    One(OneCheck),
+}
+
+/// A decision as the API reports it (durations in milliseconds, rounded up).
+#[derive(Serialize)]
+struct DecisionReply {
+    /// Admitted.
+    allowed: bool,
+    /// The limit's size.
+    limit: u64,
+    /// What is left of it.
+    remaining: u64,
+    /// Until the key is back to a fresh state.
+    reset_after_ms: u64,
+    /// When denied: until the same request would be admitted.
+    retry_after_ms: u64,
+    /// Shaping: how long to hold the request.
+    delay_ms: u64,
+}
+
+impl DecisionReply {
+    fn of(d: &Decision) -> Self {
+        Self {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_after_ms: ceil_millis(d.reset_after),
+            retry_after_ms: ceil_millis(d.retry_after),
+            delay_ms: ceil_millis(d.delay),
+        }
+    }
+}
+
+/// One check's decision.
+#[derive(Serialize)]
+struct CheckReply<'a> {
+    /// The policy checked.
+    policy: &'a str,
+    /// Its decision.
+    #[serde(flatten)]
+    decision: DecisionReply,
+}
+
+/// The answer: the request's decision (described by the limit that denied, or the one closest
+/// to denying), then every check's.
+#[derive(Serialize)]
+struct Reply<'a> {
+    /// The request's decision.
+    #[serde(flatten)]
+    decision: DecisionReply,
+    /// Every check's, in the order asked.
+    checks: Vec<CheckReply<'a>>,
+}
+
+/// Decides `{"policy", "key", "cost"}` or `{"checks": [...]}` (decided together): 200 when
+/// admitted, the configured deny status when denied, with the decision in the body and the
+/// rate-limit headers; 503 when the store cannot decide. Keys are hashed apart from request keys
+/// before they reach the store. Decisions are counted and logged through `observed` under the
+/// route `/v1/check`.
+pub async fn handle(limiter: &Limiter, observed: &Observed, req: Request<Incoming>) -> Response<Body> {
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return respond::error(413, "body_too_large", "The check request is too large (64 KiB at most)."),
+    };
+    let parsed: CheckRequest = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => return respond::error(400, "bad_request", &format!("Invalid check request: {e}")),
+    };
+    let asked = match parsed {
+        CheckRequest::Many { checks } => checks,
+        CheckRequest::One(c) => vec![c],
+    };
+    if asked.is_empty() {
+        return respond::error(400, "bad_request", "`checks` is empty.");
+    }
+    let mut checks = Vec::with_capacity(asked.len());
+    for c in &asked {
+        let Some(policy) = limiter.enforcer().policy_index(&c.policy) else {
+            return respond::error(400, "unknown_policy", &format!("No policy named `{}`.", c.policy));
+        };
+        let limit = limiter.policies()[policy].policy.limit();
+        if c.cost > limit {
+            return respond::error(400, "cost_too_large", &format!("Cost {} exceeds the limit {limit}.", c.cost));
+        }
+        checks.push(Check { policy, key: limiter.keys().named(&c.policy, &c.key), cost: c.cost });
+    }
+    let kinds = vec!["api"; checks.len()];
+    let ruling = limiter.decide(Checks::new(checks, kinds)).await;
+    let line = observed.record(None, CHECK_API_ROUTE, &ruling);
+    let Ok(outcome) = &ruling.outcome else {
+        let answer = Answer::limiter_unavailable();
+        line.emit(answer.status.as_u16());
+        return respond::answer(answer);
+    };
+    let checks = outcome
+        .decisions
+        .iter()
+        .zip(&asked)
+        .map(|(d, c)| CheckReply { policy: &c.policy, decision: DecisionReply::of(d) })
+        .collect();
+    let view = ruling.view();
+    let mut decision = DecisionReply::of(&view.map_or(outcome.decisions[0], |v| v.decision));
+    decision.allowed = outcome.allowed;
+    decision.retry_after_ms = if outcome.allowed { 0 } else { decision.retry_after_ms };
+    decision.delay_ms = ceil_millis(outcome.delay());
+    let status = if outcome.allowed || view.is_none() { StatusCode::OK } else { limiter.deny_status() };
+    let reply = Reply { decision, checks };
+    let mut res = respond::answer(Answer::json(status, &reply));
+    if outcome.allowed {
+        ruling.write_headers(res.headers_mut());
+    } else {
+        ruling.write_denied_headers(res.headers_mut());
+    }
+    line.emit(res.status().as_u16());
+    res
+}

@@ -1,0 +1,276 @@
+//! The gateway: routes, body reading, decisions, shaping, proxying; reloadable.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use http::header::HeaderValue;
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use sluice_config::{Config, OnDeny, Route, normalize_path};
+use sluice_http::body_key::{BodyRefusal, keyable_json, needs_body};
+use sluice_http::keys::RequestFacts;
+use sluice_http::pipeline::{Action, Limiter};
+use sluice_http::response::Answer;
+use sluice_store::{KeyHasher, Store};
+
+use crate::body::{ReplayBody, read_prefix};
+use crate::decision_api;
+use crate::error::GatewayError;
+use crate::observe::{Observed, Observer};
+use crate::proxy::Upstream;
+use crate::respond::{self, Body};
+use crate::serve::{Dropped, Handler};
+use crate::stores::StoreBuilder;
+
+/// How long a client may take to send the part of a body that a `json:` key needs.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One loaded configuration and everything derived from it.
+pub struct Loaded {
+    /// The configuration.
+    pub config: Config,
+    /// The decision pipeline over this configuration's policies and store.
+    pub limiter: Limiter,
+    /// Where admitted requests go; `None`: the gateway answers them itself.
+    upstream: Option<Upstream>,
+    /// Whether `POST /v1/check` is served (by default only when there is no upstream).
+    decision_api: bool,
+    /// Metric handles and decision log policy resolved for this configuration.
+    pub observed: Observed,
+}
+
+impl Loaded {
+    /// Derives the gateway's working state from `config` and a store for it, counting and
+    /// logging through `observer`.
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        hasher: KeyHasher,
+        observer: &Arc<Observer>,
+    ) -> Result<Self, GatewayError> {
+        let upstream =
+            config.upstream.as_ref().map(|u| Upstream::new(&u.url, Duration::from_nanos(u.timeout))).transpose()?;
+        let decision_api = config.server.decision_api.unwrap_or(config.upstream.is_none());
+        let observed = Observed::resolve(observer, &config, store.kind());
+        let limiter = Limiter::of_config(&config, store, hasher);
+        Ok(Self { limiter, upstream, decision_api, config, observed })
+    }
+
+    /// The store in use.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        self.limiter.enforcer().store()
+    }
+}
+
+/// The gateway's request handler. Cheap to share; [`Gateway::reload`] swaps its configuration
+/// atomically while requests are in flight.
+pub struct Gateway {
+    /// The configuration in force; requests take a snapshot of it when they start.
+    current: ArcSwap<Loaded>,
+    /// Builds the store of each configuration (keeping unchanged policies' state on reload).
+    stores: Box<dyn StoreBuilder>,
+    /// The key hash, fixed for the process: a reload must not move every client to a new key.
+    hasher: KeyHasher,
+    /// Requests being handled now, for `max_in_flight` and the metrics.
+    in_flight: AtomicUsize,
+    /// Metric families and decision log sources, kept across reloads.
+    observer: Arc<Observer>,
+}
+
+impl Gateway {
+    /// A gateway for `config`, with stores from `stores`. The key secret comes from the
+    /// config; without one, a random secret is drawn (right for a single instance).
+    pub fn new(config: Config, stores: Box<dyn StoreBuilder>) -> Result<Self, GatewayError> {
+        Self::with_observer(config, stores, Arc::new(Observer::new()))
+    }
+
+    /// Like [`Gateway::new`], counting and logging through `observer` (kept across reloads).
+    pub fn with_observer(
+        config: Config,
+        stores: Box<dyn StoreBuilder>,
+        observer: Arc<Observer>,
+    ) -> Result<Self, GatewayError> {
+        let hasher = match &config.server.key_secret {
+            Some(s) => KeyHasher::from_secret(s.as_bytes()),
+            None => KeyHasher::random(),
+        };
+        let store = stores.build(&config, None)?;
+        let loaded = Loaded::new(config, store, hasher.clone(), &observer)?;
+        Ok(Self { current: ArcSwap::from_pointee(loaded), stores, hasher, in_flight: AtomicUsize::new(0), observer })
+    }
+
+    /// Replaces the configuration. A configuration whose store cannot be built is refused and
+    /// the current one keeps serving. Policies that did not change keep their state. Counted and
+    /// logged either way.
+    pub fn reload(&self, config: Config) -> Result<(), GatewayError> {
+        let result = self.try_reload(config);
+        self.observer.reloaded(&result);
+        result
+    }
+
+    /// Loads `path` and reloads with it; a file that does not load is refused like a bad
+    /// configuration.
+    pub fn reload_file(&self, path: &Path) -> Result<(), GatewayError> {
+        match sluice_config::load(path) {
+            Ok(config) => self.reload(config),
+            Err(e) => {
+                let refused = Err(GatewayError::from(e));
+                self.observer.reloaded(&refused);
+                refused
+            }
+        }
+    }
+
+    fn try_reload(&self, config: Config) -> Result<(), GatewayError> {
+        let running = self.current.load();
+        if config.server.key_secret != running.config.server.key_secret {
+            return Err(GatewayError::NeedsRestart("server.key_secret"));
+        }
+        if config.server.listen != running.config.server.listen {
+            return Err(GatewayError::NeedsRestart("server.listen"));
+        }
+        let store = self.stores.build(&config, Some(running.store()))?;
+        let loaded = Loaded::new(config, store, self.hasher.clone(), &self.observer)?;
+        self.current.store(Arc::new(loaded));
+        Ok(())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Loaded> {
+        self.current.load_full()
+    }
+
+    /// The metrics and decision log sources, shared by every configuration this gateway loads.
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.observer
+    }
+
+    /// Requests being handled now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    async fn route(
+        &self,
+        loaded: &Loaded,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, Dropped> {
+        if loaded.decision_api && req.uri().path() == decision_api::PATH {
+            if req.method() != Method::POST {
+                let mut res = respond::error(405, "method_not_allowed", "Use POST.");
+                res.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("POST"));
+                return Ok(res);
+            }
+            return Ok(decision_api::handle(&loaded.limiter, &loaded.observed, req).await);
+        }
+        // Routes match, and the `path` key part reads, the normalised path: spellings of one
+        // resource share one route and one key. Normalised once per request.
+        let path = normalize_path(req.uri().path()).into_owned();
+        let method = req.method().as_str();
+        let Some((route_idx, route)) =
+            loaded.config.routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, &path))
+        else {
+            loaded.observed.unmatched();
+            return Ok(match &loaded.upstream {
+                Some(up) => {
+                    let client = loaded.limiter.client(peer.ip(), req.headers());
+                    let (parts, body) = req.into_parts();
+                    up.forward(Request::from_parts(parts, ReplayBody::untouched(body)), client.ip).await
+                }
+                None => respond::error(404, "not_found", "No such route."),
+            });
+        };
+        let client = loaded.limiter.client(peer.ip(), req.headers());
+        let (parts, body) = req.into_parts();
+        let (json, body) = match read_keyed_body(route, body, loaded.config.server.max_body_bytes).await {
+            Ok(read) => read,
+            Err(answer) => return Ok(respond::answer(answer)),
+        };
+        let facts = RequestFacts {
+            method: parts.method.as_str(),
+            path: &path,
+            route: &route.name,
+            client: &client,
+            headers: &parts.headers,
+            json: json.as_ref(),
+        };
+        let checks = loaded.limiter.checks(&route.limits, &facts);
+        let ruling = loaded.limiter.decide(checks).await;
+        let line = loaded.observed.record(Some(route_idx), &route.name, &ruling);
+        let delay = match ruling.action() {
+            Action::Admit { delay } => delay,
+            Action::Deny(_) if loaded.config.server.on_deny == OnDeny::Drop => {
+                line.emit(0);
+                return Err(Dropped);
+            }
+            Action::Deny(answer) | Action::Unavailable(answer) => {
+                line.emit(answer.status.as_u16());
+                return Ok(respond::answer(answer));
+            }
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let mut res = match &loaded.upstream {
+            Some(up) => up.forward(Request::from_parts(parts, body), client.ip).await,
+            None => respond::json(200, &respond::Allowed { status: "allowed", route: &route.name }),
+        };
+        ruling.write_headers(res.headers_mut());
+        line.emit(res.status().as_u16());
+        Ok(res)
+    }
+}
+
+/// The JSON a route's `json:` key parts read, and the body to forward (intact). Only a route
+/// that keys on the body reads it: at most `max` bytes, in bounded time. A body that cannot be
+/// keyed is refused (400), a body too slow to arrive gets 408.
+async fn read_keyed_body(
+    route: &Route,
+    body: Incoming,
+    max: usize,
+) -> Result<(Option<serde_json::Value>, ReplayBody), Answer> {
+    if !needs_body(&route.limits) {
+        return Ok((None, ReplayBody::untouched(body)));
+    }
+    // A client trickling its body must not hold a slot in `max_in_flight` for long.
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read_prefix(body, max)).await {
+        Ok(Ok(prefix)) => match keyable_json(&route.limits, &prefix.bytes, prefix.complete) {
+            Ok(json) => Ok((json, prefix.body)),
+            Err(why) => Err(Answer::bad_request(&why.to_string())),
+        },
+        Ok(Err(_)) => Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
+        Err(_) => Err(Answer::error(
+            http::StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "The request body came too slowly.",
+        )),
+    }
+}
+
+/// Guard that counts a request in flight.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Handler for Gateway {
+    async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
+        let loaded = self.current.load_full();
+        let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _guard = InFlight(&self.in_flight);
+        if before >= loaded.config.server.max_in_flight {
+            tracing::debug!(target: "sluice::shed", in_flight = before, "shed");
+            loaded.observed.shed();
+            return Ok(respond::answer(Answer::overloaded()));
+        }
+        self.route(&loaded, peer, req).await
+    }
+}

@@ -1,0 +1,43 @@
+//! # sluice-gateway
+//!
+//! The sluice server: everything `sluice serve` runs, over the decision pipeline of
+//! `sluice-http`.
+//! - [`gateway`]: the configured gateway — routes, body reading, shaping, proxying, reload;
+//! - [`decision_api`]: `POST /v1/check`, for applications that ask instead of proxying;
+//! - [`seed`]: the default service of `sluice serve` without a config;
+//! - [`proxy`] and [`body`]: the pooled upstream client and replayable request bodies;
+//! - [`serve`]: accept loops (one runtime per core), graceful shutdown, signals;
+//! - [`stores`]: the store a configuration asks for (memory or Redis), kept across reloads;
+//! - [`observe`] and [`admin`]: Prometheus metrics, sampled decision logs, the admin listener;
+//! - [`error`]: what can go wrong building or reloading a gateway.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_gateway::gateway::Gateway;
+//! use sluice_gateway::stores::MemoryStores;
+//! let config = sluice_config::parse("gateway.toml", r#"
+//! [[policy]]
+//! name = "per-ip"
+//! algorithm = "token-bucket"
+//! capacity = 5
+//! refill_per_second = 1
+//! [[route]]
+//! path = "/api/*"
+//! limits = [{ policy = "per-ip", key = "ip" }]
+//! "#).unwrap();
+//! let clock = Arc::new(sluice_core::SystemClock::new());
+//! let gateway = Gateway::new(config, Box::new(MemoryStores::new(clock))).unwrap();
+//! assert_eq!(gateway.config().config.routes[0].name, "/api/*");
+//! ```
+
+pub mod admin;
+pub mod body;
+pub mod decision_api;
+pub mod error;
+pub mod gateway;
+pub mod observe;
+pub mod proxy;
+pub mod respond;
+pub mod seed;
+pub mod serve;
+pub mod stores;

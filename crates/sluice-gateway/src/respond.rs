@@ -1,0 +1,44 @@
+//! The server's response body, and its JSON responses made from `sluice-http`'s [`Answer`]s.
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use serde::Serialize;
+use sluice_http::response::Answer;
+
+/// The body of every response the server sends: its own bytes, or the upstream's stream.
+pub type Body = Either<Full<Bytes>, Incoming>;
+
+/// Bytes as a [`Body`].
+pub fn full(bytes: Bytes) -> Body {
+    Either::Left(Full::new(bytes))
+}
+
+/// `answer` as a response of the server.
+pub fn answer(answer: Answer) -> Response<Body> {
+    answer.into_response(full)
+}
+
+/// A JSON response with `Content-Type` and `Content-Length`.
+pub fn json<T: Serialize>(status: u16, payload: &T) -> Response<Body> {
+    answer(Answer::json(status_code(status), payload))
+}
+
+/// `{"error": code, "message": message}`
+pub fn error(status: u16, code: &str, message: &str) -> Response<Body> {
+    answer(Answer::error(status_code(status), code, message))
+}
+
+fn status_code(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The body of an admitted request that sluice answers itself (no upstream).
+#[derive(Serialize)]
+pub struct Allowed<'a> {
+    /// Always `allowed`.
+    pub status: &'static str,
+    /// The route's name.
+    pub route: &'a str,
+}

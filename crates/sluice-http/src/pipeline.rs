@@ -1,0 +1,235 @@
+//! The one decision pipeline every face calls: request facts → checks → decision → the parts
+//! of the response (denial status, headers, body, shaping delay) and what the logs need.
+//!
+//! ```text
+//! peer + headers ──Limiter::client──▶ Client (once per request)
+//! RequestFacts + limits ──Limiter::checks──▶ Checks ──Limiter::decide──▶ Ruling { checks, kinds, timing, outcome }
+//! Ruling::action ──▶ Admit { delay } (+ Ruling::write_headers) | Deny(Answer) | Unavailable(Answer)
+//! ```
+//!
+//! The gateway, the tower layer, the decision API and the other faces of `sluice-gateway` differ
+//! only in where the facts come from and what they do with the [`Action`].
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, StatusCode};
+use sluice_config::{Config, HeaderStyle, RouteLimit};
+use sluice_core::{Clock, SystemClock};
+use sluice_store::{Check, KeyHasher, Store, StoreError};
+
+use crate::enforce::{Enforcer, Outcome, PolicyInfo};
+use crate::headers::{LimitView, write_denied, write_rate_limit_headers};
+use crate::identity::{Client, ClientIdentity};
+use crate::keys::{KeyBuilder, KeyKind, RequestFacts};
+use crate::response::Answer;
+
+/// Decides requests: who sent them, their keys, the store's decision, and the answer.
+#[derive(Debug)]
+pub struct Limiter {
+    /// Decides checks against the store, shadow policies apart from enforced ones.
+    enforcer: Enforcer,
+    /// Builds and hashes keys from request facts.
+    keys: KeyBuilder,
+    /// Resolves the client behind trusted proxies.
+    identity: ClientIdentity,
+    /// Rate-limit header styles written on limited responses.
+    styles: Vec<HeaderStyle>,
+    /// The status of a denial (429, or e.g. 503 for nginx parity).
+    deny_status: StatusCode,
+    /// The wall clock, for `X-RateLimit-Reset` (absolute Unix seconds).
+    clock: SystemClock,
+}
+
+/// How much of a request's time went where.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// From the start of key building to the store's answer, ns.
+    pub decision_ns: u64,
+    /// The store call(s), ns.
+    pub store_ns: u64,
+}
+
+impl Timing {
+    /// The timing of a decision that started at `start` and asked the store at `asked`, ending now.
+    pub fn since(start: Instant, asked: Instant) -> Self {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Self { decision_ns: ns(start.elapsed()), store_ns: ns(asked.elapsed()) }
+    }
+}
+
+/// What a face does with a request once it is decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Pass it on after `delay` (shaping; zero otherwise) and add the rate-limit headers to its
+    /// response ([`Ruling::write_headers`]).
+    Admit {
+        /// How long to hold the request first.
+        delay: Duration,
+    },
+    /// Answer with this denial; the request goes no further.
+    Deny(Answer),
+    /// The store could not decide and its failure mode does not admit: answer 503.
+    Unavailable(Answer),
+}
+
+/// A request's checks, not yet decided.
+#[derive(Debug, Clone)]
+pub struct Checks {
+    /// One check per limit, in the limits' order.
+    checks: Vec<Check>,
+    /// The kind of key of each check.
+    kinds: Vec<KeyKind>,
+    /// When key building started (the decision's timing starts there).
+    started: Instant,
+}
+
+impl Checks {
+    /// Checks built by the caller (the decision API names its keys), each with its key kind.
+    pub fn new(checks: Vec<Check>, kinds: Vec<KeyKind>) -> Self {
+        Self { checks, kinds, started: Instant::now() }
+    }
+}
+
+/// One request's decision: its checks, the key kinds, the time it took, the store's outcome.
+#[derive(Debug)]
+pub struct Ruling<'a> {
+    /// The limiter that decided (for the policies and the response settings).
+    limiter: &'a Limiter,
+    /// One check per limit, in the limits' order.
+    pub checks: Vec<Check>,
+    /// The kind of key each check was decided on (same order), for logs.
+    pub kinds: Vec<KeyKind>,
+    /// Where the time went.
+    pub timing: Timing,
+    /// Every check's decision, or why the store could not decide.
+    pub outcome: Result<Outcome, StoreError>,
+}
+
+impl Limiter {
+    /// A limiter deciding with `enforcer`, keys from `keys`, clients resolved by `identity`;
+    /// denials answer `deny_status` and limited responses carry headers in `styles`.
+    pub fn new(
+        enforcer: Enforcer,
+        keys: KeyBuilder,
+        identity: ClientIdentity,
+        styles: Vec<HeaderStyle>,
+        deny_status: StatusCode,
+    ) -> Self {
+        Self { enforcer, keys, identity, styles, deny_status, clock: SystemClock::new() }
+    }
+
+    /// The limiter of a configuration: its policies on `store`, its `[server]` identity and
+    /// response settings, keys hashed by `hasher`.
+    pub fn of_config(config: &Config, store: Arc<dyn Store>, hasher: KeyHasher) -> Self {
+        let s = &config.server;
+        Self::new(
+            Enforcer::of_config(store, config),
+            KeyBuilder::new(hasher, s.user_header.clone()),
+            ClientIdentity::new(s.trusted_proxies.clone(), s.ipv6_prefix).with_header(s.forwarded_header),
+            s.headers.clone(),
+            StatusCode::from_u16(s.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+        )
+    }
+
+    /// Who sent a request from `peer` with `headers`.
+    pub fn client(&self, peer: IpAddr, headers: &HeaderMap) -> Client {
+        self.identity.resolve(peer, headers)
+    }
+
+    /// The enforcer (store and policies).
+    pub fn enforcer(&self) -> &Enforcer {
+        &self.enforcer
+    }
+
+    /// The policies, indexed as checks refer to them.
+    pub fn policies(&self) -> &[PolicyInfo] {
+        self.enforcer.policies()
+    }
+
+    /// The key builder.
+    pub fn keys(&self) -> &KeyBuilder {
+        &self.keys
+    }
+
+    /// The status of a denial.
+    pub fn deny_status(&self) -> StatusCode {
+        self.deny_status
+    }
+
+    /// The checks of a request under `limits`: each limit's key built from `facts`. Built
+    /// before anything is awaited, so the request need not be held across the store call.
+    pub fn checks(&self, limits: &[RouteLimit], facts: &RequestFacts<'_>) -> Checks {
+        let started = Instant::now();
+        let mut checks = Vec::with_capacity(limits.len());
+        let mut kinds = Vec::with_capacity(limits.len());
+        for l in limits {
+            let name = self.enforcer.policies().get(l.policy).map_or("", |p| p.name.as_str());
+            let (key, kind) = self.keys.key(name, &l.key, facts);
+            checks.push(Check { policy: l.policy, key, cost: l.cost });
+            kinds.push(kind);
+        }
+        Checks { checks, kinds, started }
+    }
+
+    /// Decides `checks` together (admitted only if every enforced limit admits).
+    pub async fn decide(&self, checks: Checks) -> Ruling<'_> {
+        let Checks { checks, kinds, started } = checks;
+        let asked = Instant::now();
+        let outcome = self.enforcer.decide(&checks).await;
+        let timing = Timing::since(started, asked);
+        if let Err(e) = &outcome {
+            tracing::debug!(target: "sluice::store", error = %e, "store could not decide");
+        }
+        Ruling { limiter: self, checks, kinds, timing, outcome }
+    }
+
+    fn unix_now(&self) -> u64 {
+        self.clock.now() / sluice_core::NANOS_PER_SEC
+    }
+}
+
+impl Ruling<'_> {
+    /// The policies, indexed as the checks refer to them.
+    pub fn policies(&self) -> &[PolicyInfo] {
+        self.limiter.policies()
+    }
+
+    /// True when every enforced limit admitted.
+    pub fn allowed(&self) -> bool {
+        self.outcome.as_ref().is_ok_and(|o| o.allowed)
+    }
+
+    /// The limit a response describes: the one that denied, or the one closest to denying.
+    pub fn view(&self) -> Option<LimitView<'_>> {
+        self.limiter.enforcer.view(&self.checks, self.outcome.as_ref().ok()?)
+    }
+
+    /// What to do with the request: pass it on (after a shaping delay), or answer.
+    pub fn action(&self) -> Action {
+        let outcome = match &self.outcome {
+            Ok(o) => o,
+            Err(_) => return Action::Unavailable(Answer::limiter_unavailable()),
+        };
+        if outcome.allowed {
+            return Action::Admit { delay: Duration::from_nanos(outcome.delay()) };
+        }
+        let l = self.limiter;
+        Action::Deny(Answer::denial(l.deny_status, self.view().as_ref(), &l.styles, l.unix_now()))
+    }
+
+    /// Writes the rate-limit headers of an admitted request into its response's `headers`.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        if let Some(v) = self.view() {
+            write_rate_limit_headers(headers, &self.limiter.styles, &v, self.limiter.unix_now());
+        }
+    }
+
+    /// Writes the headers of a denied request (the rate-limit headers of the limit that denied,
+    /// `Retry-After`, `Cache-Control: no-store`) into `headers`, for faces that write their own
+    /// denial body (the decision API).
+    pub fn write_denied_headers(&self, headers: &mut HeaderMap) {
+        write_denied(headers, &self.limiter.styles, self.view().as_ref(), self.limiter.unix_now());
+    }
+}

@@ -1,0 +1,116 @@
+//! The responses sluice writes itself: denials, refusals, errors. Each face turns an [`Answer`]
+//! into its own response type, so every face answers alike.
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use serde::Serialize;
+
+use sluice_config::HeaderStyle;
+
+use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_denied};
+
+/// A response sluice writes itself: a status, headers and a JSON body.
+///
+/// ```
+/// use sluice_http::response::Answer;
+/// use sluice_core::{Decision, NANOS_PER_SEC};
+/// use sluice_http::headers::LimitView;
+/// let decision = Decision { allowed: false, limit: 5, remaining: 0, reset_after: 5 * NANOS_PER_SEC,
+///                           retry_after: 2 * NANOS_PER_SEC + 1, delay: 0 };
+/// let view = LimitView { name: "per-ip", window: 5 * NANOS_PER_SEC, decision };
+/// let a = Answer::denial(http::StatusCode::TOO_MANY_REQUESTS, Some(&view), &[], 0);
+/// assert_eq!(a.headers["retry-after"], "3");
+/// assert_eq!(a.headers["cache-control"], "no-store");
+/// let body: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+/// assert_eq!(body["retry_after_seconds"], 3);
+/// let res: http::Response<String> = a.into_response(|b| String::from_utf8_lossy(&b).into_owned());
+/// assert_eq!(res.status(), 429);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// `Content-Type` and `Content-Length`, and for denials `Retry-After`, `Cache-Control` and
+    /// the rate-limit headers.
+    pub headers: HeaderMap,
+    /// The JSON body.
+    pub body: Bytes,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: &'a str,
+}
+
+#[derive(Serialize)]
+struct DenialBody {
+    error: &'static str,
+    message: &'static str,
+    retry_after_seconds: u64,
+}
+
+impl Answer {
+    /// `payload` as JSON with `status`, `Content-Type` and `Content-Length`.
+    pub fn json<T: Serialize>(status: StatusCode, payload: &T) -> Self {
+        let body = Bytes::from(serde_json::to_vec(payload).unwrap_or_else(|_| b"{}".to_vec()));
+        let mut headers = HeaderMap::with_capacity(8);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        Self { status, headers, body }
+    }
+
+    /// `{"error": code, "message": message}`.
+    pub fn error(status: StatusCode, code: &str, message: &str) -> Self {
+        Self::json(status, &ErrorBody { error: code, message })
+    }
+
+    /// A refused request (400): `message` says what is wrong with it.
+    pub fn bad_request(message: &str) -> Self {
+        Self::error(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// A denial by the limit `view` (when known): `status` (429 unless configured),
+    /// `Retry-After` (whole seconds, rounded up, at least 1), `Cache-Control: no-store`, the
+    /// rate-limit headers in `styles` (`unix_now` for the absolute `X-RateLimit-Reset`), and a
+    /// body that names no key, IP or policy (those go to the logs only).
+    pub fn denial(status: StatusCode, view: Option<&LimitView<'_>>, styles: &[HeaderStyle], unix_now: u64) -> Self {
+        let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
+        let mut a = Self::json(
+            status,
+            &DenialBody {
+                error: "rate_limit_exceeded",
+                message: "Too many requests: retry after the number of seconds in Retry-After.",
+                retry_after_seconds: secs,
+            },
+        );
+        write_denied(&mut a.headers, styles, view, unix_now);
+        a
+    }
+
+    /// The store cannot decide (fail-closed, or full and refusing): 503, the limiter is
+    /// unavailable, not the client's quota; retry in a second.
+    pub fn limiter_unavailable() -> Self {
+        Self::busy("limiter_unavailable", "The rate limiter is unavailable; retry shortly.")
+    }
+
+    /// Too many requests in flight: 503, retry in a second.
+    pub fn overloaded() -> Self {
+        Self::busy("overloaded", "The service is overloaded; retry shortly.")
+    }
+
+    fn busy(code: &str, message: &str) -> Self {
+        let mut a = Self::error(StatusCode::SERVICE_UNAVAILABLE, code, message);
+        write_denial_headers(&mut a.headers, 1);
+        a
+    }
+
+    /// The response, its body made by `body` from the JSON bytes.
+    pub fn into_response<B>(self, body: impl FnOnce(Bytes) -> B) -> Response<B> {
+        let mut res = Response::new(body(self.body));
+        *res.status_mut() = self.status;
+        *res.headers_mut() = self.headers;
+        res
+    }
+}
