@@ -29,6 +29,7 @@
 
 mod algorithm;
 mod decision;
+mod duration;
 mod error;
 mod fixed_window;
 mod gcra;
@@ -39,6 +40,7 @@ mod time;
 
 pub use algorithm::Algorithm;
 pub use decision::Decision;
+pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::{CostError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{GcraState, LeakMode, LeakyBucket, TokenBucket};

@@ -1,4 +1,5 @@
-//! Exact decimal times and durations: `12.5`, `1e-3`, `30s`, `500ms`, `15m`.
+//! Exact decimal times: `12.5`, `0.25`, `1e-3` seconds, the instants of an arrivals file.
+//! (Durations, `30s` or `500ms`, are read by [`sluice_core::parse_duration`].)
 //!
 //! Decimals are read digit by digit into whole nanoseconds, never through a binary float, so
 //! `0.1` is exactly 100 000 000 ns. Digits finer than a nanosecond are rounded to the nearest
@@ -7,7 +8,7 @@
 use sluice_core::{NANOS_PER_SEC, Nanos};
 use thiserror::Error;
 
-/// Why a time or a duration could not be read.
+/// Why a time could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DecimalError {
     /// Not a non-negative decimal number.
@@ -16,9 +17,6 @@ pub enum DecimalError {
     /// Too large for 64-bit nanoseconds (about 584 years).
     #[error("`{0}` is too large: the limit is about 584 years in nanoseconds")]
     TooLarge(String),
-    /// A duration with a unit that is not one of ns, us, ms, s, m, h.
-    #[error("`{0}` has no known unit: use ns, us, ms, s, m or h (for example 30s, 500ms, 15m)")]
-    BadUnit(String),
 }
 
 /// Reads a non-negative decimal number of seconds (`12`, `0.25`, `.5`, `3.`, `1e-3`, `2.5E2`)
@@ -90,58 +88,9 @@ fn parse_scaled(text: &str, scale: i64) -> Result<u64, DecimalError> {
     u64::try_from(value).map_err(|_| DecimalError::TooLarge(text.to_string()))
 }
 
-/// Reads a duration: a decimal number followed by a unit, `ns`, `us` (or `µs`), `ms`, `s`, `m`
-/// or `h`: `30s`, `1s`, `500ms`, `15m`, `1.5h`. A bare number is seconds.
-///
-/// ```
-/// use sluice_sim::parse_duration;
-/// assert_eq!(parse_duration("500ms").unwrap(), 500_000_000);
-/// assert_eq!(parse_duration("15m").unwrap(), 900_000_000_000);
-/// assert_eq!(parse_duration("30").unwrap(), 30_000_000_000);
-/// ```
-pub fn parse_duration(text: &str) -> Result<Nanos, DecimalError> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | 'e' | 'E'))).unwrap_or(t.len());
-    // `e` could start a unit nobody uses; a trailing `e` after digits is a malformed number.
-    let (number, unit) = t.split_at(split);
-    let (scale, multiplier): (i64, u64) = match unit.trim() {
-        "ns" => (0, 1),
-        "us" | "µs" => (3, 1),
-        "ms" => (6, 1),
-        "" | "s" => (9, 1),
-        "m" | "min" => (9, 60),
-        "h" => (9, 3600),
-        _ => return Err(DecimalError::BadUnit(text.to_string())),
-    };
-    let base = parse_scaled(number, scale).map_err(|e| match e {
-        DecimalError::Malformed(_) => DecimalError::Malformed(text.to_string()),
-        other => other,
-    })?;
-    base.checked_mul(multiplier).ok_or_else(|| DecimalError::TooLarge(text.to_string()))
-}
-
 /// Writes nanoseconds as seconds with all nine decimals: `1.500000000`.
 pub fn format_seconds(ns: Nanos) -> String {
     format!("{}.{:09}", ns / NANOS_PER_SEC, ns % NANOS_PER_SEC)
-}
-
-/// Writes a duration the short way people write it: `1s`, `500ms`, `15m`, `1.5s`.
-pub fn format_duration(ns: Nanos) -> String {
-    const MIN: u64 = 60 * NANOS_PER_SEC;
-    const HOUR: u64 = 60 * MIN;
-    match ns {
-        0 => "0s".to_string(),
-        n if n % HOUR == 0 => format!("{}h", n / HOUR),
-        n if n % MIN == 0 => format!("{}m", n / MIN),
-        n if n % NANOS_PER_SEC == 0 => format!("{}s", n / NANOS_PER_SEC),
-        n if n % 1_000_000 == 0 && n < NANOS_PER_SEC => format!("{}ms", n / 1_000_000),
-        n if n % 1_000 == 0 && n < 1_000_000 => format!("{}us", n / 1_000),
-        n if n < 1_000 => format!("{n}ns"),
-        n => {
-            let s = format_seconds(n);
-            format!("{}s", s.trim_end_matches('0'))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -183,38 +132,15 @@ mod tests {
     }
 
     #[test]
-    fn durations_take_units() {
-        assert_eq!(parse_duration("30s").unwrap(), 30 * NANOS_PER_SEC);
-        assert_eq!(parse_duration("1s").unwrap(), NANOS_PER_SEC);
-        assert_eq!(parse_duration("500ms").unwrap(), 500_000_000);
-        assert_eq!(parse_duration("15m").unwrap(), 900 * NANOS_PER_SEC);
-        assert_eq!(parse_duration("1.5h").unwrap(), 5400 * NANOS_PER_SEC);
-        assert_eq!(parse_duration("250us").unwrap(), 250_000);
-        assert_eq!(parse_duration("7ns").unwrap(), 7);
-        assert_eq!(parse_duration("2").unwrap(), 2 * NANOS_PER_SEC);
-        assert!(matches!(parse_duration("3 weeks"), Err(DecimalError::BadUnit(_))));
-        assert!(matches!(parse_duration("ms"), Err(DecimalError::Malformed(_))));
-        assert!(matches!(parse_duration("1e30h"), Err(DecimalError::TooLarge(_))));
-    }
-
-    #[test]
-    fn durations_print_short() {
-        assert_eq!(format_duration(NANOS_PER_SEC), "1s");
-        assert_eq!(format_duration(500_000_000), "500ms");
-        assert_eq!(format_duration(900 * NANOS_PER_SEC), "15m");
-        assert_eq!(format_duration(1_500_000_000), "1.5s");
+    fn seconds_print_with_nine_decimals() {
         assert_eq!(format_seconds(1_500_000_000), "1.500000000");
+        assert_eq!(format_seconds(0), "0.000000000");
     }
 
     proptest! {
         #[test]
         fn printed_seconds_read_back_exactly(ns in any::<u64>()) {
             prop_assert_eq!(parse_seconds(&format_seconds(ns)).unwrap(), ns);
-        }
-
-        #[test]
-        fn printed_durations_read_back_exactly(ns in 0u64..=u64::MAX / 2) {
-            prop_assert_eq!(parse_duration(&format_duration(ns)).unwrap(), ns);
         }
     }
 }

@@ -7,9 +7,9 @@ use sluice_core::Decision;
 use crate::arrival::Arrival;
 use crate::decimal::format_seconds;
 use crate::report::csv_field;
-use crate::simulation::{Lane, Observer};
+use crate::simulation::{DecisionSink, Lane};
 
-/// An [`Observer`] that writes one CSV line per decision. Times and `retry_after` are seconds
+/// A [`DecisionSink`] that writes one CSV line per decision. Times and `retry_after` are seconds
 /// with nine decimals; `key` is the raw key the lane counted by (`*` for the global scope).
 ///
 /// ```
@@ -41,7 +41,7 @@ impl<W: Write> DecisionCsv<W> {
     }
 }
 
-impl<W: Write> Observer for DecisionCsv<W> {
+impl<W: Write> DecisionSink for DecisionCsv<W> {
     fn decision(&mut self, arrival: &Arrival, lane: &Lane, d: &Decision) -> std::io::Result<()> {
         writeln!(
             self.out,

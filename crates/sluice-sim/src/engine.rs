@@ -1,11 +1,10 @@
 //! The decision engine behind a simulation: the real memory store, driven at explicit times.
+//! It knows nothing of lanes or arrivals; [`crate::simulation`] uses it, not the other way round.
 
 use std::sync::Arc;
 
 use sluice_core::{Decision, ManualClock, Nanos, Policy};
 use sluice_store::{Check, KeyHash, MemoryOptions, MemoryStore, NamedPolicy, StoreError, WhenFull};
-
-use crate::simulation::SimError;
 
 /// One memory store holding every lane's policy; lane `i` is policy `i`.
 pub(crate) struct Engine {
@@ -23,12 +22,8 @@ impl Engine {
     }
 
     /// Decides one request of cost 1 for `key` under lane `lane` at `at`.
-    pub(crate) fn decide(&mut self, lane: usize, key: KeyHash, at: Nanos) -> Result<Decision, SimError> {
+    pub(crate) fn decide(&mut self, lane: usize, key: KeyHash, at: Nanos) -> Result<Decision, StoreError> {
         let verdict = self.store.decide_at(&[Check { policy: lane, key, cost: 1 }], at)?;
-        verdict
-            .decisions
-            .first()
-            .copied()
-            .ok_or_else(|| StoreError::Unavailable("no decision for the check".into()).into())
+        verdict.decisions.first().copied().ok_or_else(|| StoreError::Unavailable("no decision for the check".into()))
     }
 }

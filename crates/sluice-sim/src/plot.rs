@@ -12,11 +12,10 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use sluice_core::{NANOS_PER_SEC, Nanos, Policy};
+use sluice_core::{NANOS_PER_SEC, Nanos, Policy, format_duration};
 use thiserror::Error;
 
-use crate::decimal::format_duration;
-use crate::simulation::{LaneOutcome, Outcome};
+use crate::simulation::{LaneResults, RunResults};
 use crate::window::sliding_envelope;
 
 const FONT: &str = "sans-serif";
@@ -56,20 +55,20 @@ pub enum PlotError {
     },
 }
 
-/// Draws `outcome` into `path` (`.svg` or `.png`, chosen by the extension). `title` heads the
+/// Draws `results` into `path` (`.svg` or `.png`, chosen by the extension). `title` heads the
 /// figure; `duration` is the length of the time axis.
-pub fn plot(path: &Path, outcome: &Outcome, title: &str, duration: Nanos) -> Result<(), PlotError> {
+pub fn plot(path: &Path, results: &RunResults, title: &str, duration: Nanos) -> Result<(), PlotError> {
     let svg = is_svg(path)?;
-    if outcome.lanes.is_empty() {
+    if results.lanes.is_empty() {
         return Err(PlotError::Empty);
     }
     register_font()?;
-    let size = (WIDTH, TITLE_HEIGHT + PANEL_HEIGHT * outcome.lanes.len() as u32);
+    let size = (WIDTH, TITLE_HEIGHT + PANEL_HEIGHT * results.lanes.len() as u32);
     let draw_err = |message: String| PlotError::Draw { path: path.display().to_string(), message };
     if svg {
-        draw(SVGBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
+        draw(SVGBackend::new(path, size).into_drawing_area(), results, title, duration).map_err(draw_err)
     } else {
-        draw(BitMapBackend::new(path, size).into_drawing_area(), outcome, title, duration).map_err(draw_err)
+        draw(BitMapBackend::new(path, size).into_drawing_area(), results, title, duration).map_err(draw_err)
     }
 }
 
@@ -92,17 +91,17 @@ fn register_font() -> Result<(), PlotError> {
 
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
-    outcome: &Outcome,
+    results: &RunResults,
     title: &str,
     duration: Nanos,
 ) -> Result<(), String> {
     let e = |err: DrawingAreaErrorKind<DB::ErrorType>| err.to_string();
     root.fill(&WHITE).map_err(e)?;
     let body = root.titled(title, (FONT, 26)).map_err(e)?;
-    let scopes: std::collections::HashSet<_> = outcome.lanes.iter().map(|l| l.lane.scope).collect();
+    let scopes: std::collections::HashSet<_> = results.lanes.iter().map(|l| l.lane.scope).collect();
     let show_scope = scopes.len() > 1;
-    for (lane, area) in outcome.lanes.iter().zip(body.split_evenly((outcome.lanes.len(), 1))) {
-        draw_lane(&area, lane, outcome, duration, show_scope)?;
+    for (lane, area) in results.lanes.iter().zip(body.split_evenly((results.lanes.len(), 1))) {
+        draw_lane(&area, lane, results, duration, show_scope)?;
     }
     root.present().map_err(e)
 }
@@ -119,14 +118,14 @@ fn rate_line(policy: &Policy, window: Nanos) -> f64 {
 
 fn draw_lane<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    lane: &LaneOutcome,
-    outcome: &Outcome,
+    lane: &LaneResults,
+    results: &RunResults,
     duration: Nanos,
     show_scope: bool,
 ) -> Result<(), String> {
     let e = |err: DrawingAreaErrorKind<DB::ErrorType>| err.to_string();
-    let window = outcome.window;
-    let span = duration.max(outcome.times.last().map_or(0, |t| t + 1)).max(1);
+    let window = results.window;
+    let span = duration.max(results.times.last().map_or(0, |t| t + 1)).max(1);
     let secs = |n: Nanos| n as f64 / NANOS_PER_SEC as f64;
     let w = format_duration(window);
 
@@ -136,12 +135,12 @@ fn draw_lane<DB: DrawingBackend>(
     let bins = span.div_ceil(bin) as usize;
     let mut admitted = vec![0u64; bins];
     let mut rejected = vec![0u64; bins];
-    for (&t, &ok) in outcome.times.iter().zip(&lane.allowed) {
+    for (&t, &ok) in results.times.iter().zip(&lane.allowed) {
         let b = ((t / bin) as usize).min(bins - 1);
         if ok { admitted[b] += 1 } else { rejected[b] += 1 }
     }
     let admitted_times: Vec<Nanos> =
-        outcome.times.iter().zip(&lane.allowed).filter(|(_, ok)| **ok).map(|(t, _)| *t).collect();
+        results.times.iter().zip(&lane.allowed).filter(|(_, ok)| **ok).map(|(t, _)| *t).collect();
     let cells = LINE_CELLS.min(span as usize);
     let envelope = sliding_envelope(&admitted_times, window, span, cells);
     let limit = rate_line(&lane.lane.policy, window);
@@ -243,7 +242,7 @@ mod tests {
     use crate::arrival::Arrival;
     use crate::simulation::{KeyScope, Limits, Quiet, Simulation};
 
-    fn outcome() -> Outcome {
+    fn results() -> RunResults {
         let sim = Simulation::new(&["fixed-window", "token-bucket"], &[KeyScope::Global], &Limits::default()).unwrap();
         let arrivals: Vec<Arrival> = (0..60).map(|i| Arrival::at(i * 50_000_000)).collect();
         sim.run(&arrivals, &mut Quiet).unwrap()
@@ -254,7 +253,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sluice-sim-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.svg");
-        plot(&path, &outcome(), "test figure", 3 * NANOS_PER_SEC).unwrap();
+        plot(&path, &results(), "test figure", 3 * NANOS_PER_SEC).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         for text in [
             "test figure",
@@ -277,7 +276,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sluice-sim-png-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.png");
-        plot(&path, &outcome(), "test figure", 3 * NANOS_PER_SEC).unwrap();
+        plot(&path, &results(), "test figure", 3 * NANOS_PER_SEC).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         // Width and height from the IHDR chunk.
@@ -288,7 +287,7 @@ mod tests {
 
     #[test]
     fn unknown_extensions_are_refused() {
-        let e = plot(Path::new("x.gif"), &outcome(), "t", NANOS_PER_SEC).unwrap_err();
+        let e = plot(Path::new("x.gif"), &results(), "t", NANOS_PER_SEC).unwrap_err();
         assert!(matches!(e, PlotError::Format(_)));
     }
 

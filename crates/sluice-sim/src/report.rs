@@ -5,9 +5,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use sluice_core::{NANOS_PER_SEC, Nanos};
 
-use crate::decimal::format_duration;
+use sluice_core::format_duration;
+
+use crate::generator::Generator;
 use crate::scenario::Scenario;
-use crate::simulation::{KeyScope, Limits, Outcome};
+use crate::simulation::{KeyScope, Limits, RunResults};
 
 /// Where the arrivals came from and with which knobs, for the report's header.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +20,8 @@ pub struct RunInfo {
     pub arrivals_file: Option<String>,
     /// Seed of a generated scenario.
     pub seed: Option<u64>,
+    /// The generator of a generated scenario.
+    pub generator: Option<Generator>,
     /// Rate of a generated scenario.
     pub rps: Option<f64>,
     /// Clients of a generated `nat` or `botnet`.
@@ -83,6 +87,9 @@ pub struct Report {
     /// The seed, when generated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// The generator the seed seeded (`python` or `xoshiro`), when generated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
     /// Length of the run in seconds.
     pub duration_seconds: f64,
     /// The knobs.
@@ -90,9 +97,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// Summarises `outcome` for `info`.
-    pub fn new(outcome: &Outcome, info: &RunInfo) -> Self {
-        let results = outcome
+    /// Summarises `run` for `info`.
+    pub fn new(run: &RunResults, info: &RunInfo) -> Self {
+        let results = run
             .lanes
             .iter()
             .map(|l| ResultRow {
@@ -106,11 +113,12 @@ impl Report {
             .collect();
         let secs = |n: Nanos| n as f64 / NANOS_PER_SEC as f64;
         Self {
-            requests: outcome.times.len() as u64,
+            requests: run.times.len() as u64,
             results,
             scenario: info.scenario.map(|s| s.name().to_string()),
             arrivals_file: info.arrivals_file.clone(),
             seed: info.seed,
+            generator: info.generator.map(|g| g.name().to_string()),
             duration_seconds: secs(info.duration),
             parameters: Parameters {
                 limit: info.limits.limit,
@@ -148,7 +156,7 @@ impl Report {
         s
     }
 
-    /// One line describing the run: source, requests, length, rate and seed.
+    /// One line describing the run: source, requests, length, rate, seed and generator.
     pub fn headline(&self) -> String {
         let p = &self.parameters;
         let mut s = match (&self.scenario, &self.arrivals_file) {
@@ -165,6 +173,9 @@ impl Report {
         }
         if let Some(seed) = self.seed {
             let _ = write!(s, ", seed {seed}");
+        }
+        if let Some(g) = &self.generator {
+            let _ = write!(s, " ({g} generator)");
         }
         s
     }
@@ -242,6 +253,7 @@ mod tests {
             scenario: None,
             arrivals_file: Some("t.txt".into()),
             seed: None,
+            generator: None,
             rps: None,
             clients: None,
             duration: NANOS_PER_SEC,
@@ -262,6 +274,7 @@ mod tests {
         assert_eq!(v["results"][1]["allowed"], 20);
         assert_eq!(v["parameters"]["window"], "1s");
         assert!(v.get("seed").is_none());
+        assert!(v.get("generator").is_none());
     }
 
     #[test]

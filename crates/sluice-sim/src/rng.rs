@@ -1,5 +1,6 @@
-//! A small, documented, portable pseudo-random generator: the same seed gives the same traffic on
-//! every machine, with every compiler and every version of every dependency.
+//! A small, documented, portable pseudo-random generator (`--generator xoshiro`): the same seed
+//! gives the same traffic on every machine, with every compiler, C library and version of every
+//! dependency. (The default generator is Python's, [`crate::python_random`].)
 //!
 //! - The generator is xoshiro256** (Blackman and Vigna), whose 256-bit state is filled from the
 //!   64-bit seed by four steps of SplitMix64, as its authors recommend.

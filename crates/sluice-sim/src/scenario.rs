@@ -1,5 +1,5 @@
-//! Generated traffic: the scenarios of `sluice simulate`, each a pure function of its parameters
-//! and seed (see [`crate::rng`] for the generator).
+//! Generated traffic: the scenarios of `sluice simulate`, each a pure function of its parameters,
+//! generator and seed (see [`crate::generator`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,7 +8,7 @@ use sluice_core::{NANOS_PER_SEC, Nanos};
 use thiserror::Error;
 
 use crate::arrival::Arrival;
-use crate::rng::Rng;
+use crate::generator::{Generator, PoissonClock, Source};
 
 /// The address every user of the `nat` scenario shares (TEST-NET-3, documentation only).
 pub const NAT_ADDRESS: &str = "203.0.113.10";
@@ -32,6 +32,11 @@ pub const MAX_CLIENTS: usize = 1 << 17;
 ///
 /// Streams of several clients are generated one client after another from the same generator,
 /// then merged by time (ties keep client order). Arrivals at or after `duration` are dropped.
+///
+/// With the Python generator, a scenario is a few lines of Python away: `poisson` is
+/// `r = random.Random(seed); t = 0.0; while True: t += r.expovariate(rps); ...` until `t` reaches
+/// the duration, each time rounded to the nearest nanosecond, and the uniform draws of `burst`
+/// and `boundary` are `r.randrange(span)` in nanoseconds, in the order above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scenario {
     /// Poisson arrivals from one client.
@@ -84,7 +89,7 @@ impl Scenario {
     /// ```
     pub fn generate(self, p: &TrafficParams) -> Result<Vec<Arrival>, ScenarioError> {
         p.validate(self)?;
-        let mut rng = Rng::new(p.seed);
+        let mut rng = Source::new(p.generator, p.seed);
         let w = p.window;
         let arrivals = match self {
             Scenario::Poisson => poisson(&mut rng, p.rps, p.duration, None, None)?,
@@ -156,19 +161,18 @@ fn check_count(n: usize) -> Result<(), ScenarioError> {
     if n > MAX_ARRIVALS { Err(ScenarioError::TooManyArrivals(MAX_ARRIVALS)) } else { Ok(()) }
 }
 
-/// A Poisson stream at `rps` over `[0, duration)`.
+/// A Poisson stream at `rps` over `[0, duration)`: the first arrival one gap after t = 0.
 fn poisson(
-    rng: &mut Rng,
+    rng: &mut Source,
     rps: f64,
     duration: Nanos,
     client: Option<&str>,
     account: Option<&str>,
 ) -> Result<Vec<Arrival>, ScenarioError> {
-    let mean = NANOS_PER_SEC as f64 / rps;
+    let mut clock = PoissonClock::new(rps);
     let mut out = Vec::new();
-    let mut t: Nanos = 0;
     loop {
-        t = t.saturating_add(rng.exp_nanos(mean));
+        let t = clock.advance(rng);
         if t >= duration {
             return Ok(out);
         }
@@ -200,6 +204,8 @@ pub struct TrafficParams {
     pub duration: Nanos,
     /// Seed of the generator.
     pub seed: u64,
+    /// The generator the seed seeds.
+    pub generator: Generator,
     /// The window limit (`boundary` sends this many on each side of an edge).
     pub limit: u64,
     /// The window length (`burst` and `boundary` are timed by it).
@@ -209,9 +215,18 @@ pub struct TrafficParams {
 }
 
 impl Default for TrafficParams {
-    /// The seed article's experiment: 6 requests per second for 30 s, seed 42, limit 10 per 1 s.
+    /// The seed article's experiment: 6 requests per second for 30 s, Python's generator with
+    /// seed 42, limit 10 per 1 s.
     fn default() -> Self {
-        Self { rps: 6.0, duration: 30 * NANOS_PER_SEC, seed: 42, limit: 10, window: NANOS_PER_SEC, clients: None }
+        Self {
+            rps: 6.0,
+            duration: 30 * NANOS_PER_SEC,
+            seed: 42,
+            generator: Generator::Python,
+            limit: 10,
+            window: NANOS_PER_SEC,
+            clients: None,
+        }
     }
 }
 
@@ -286,15 +301,36 @@ mod tests {
 
     #[test]
     fn every_scenario_is_sorted_bounded_and_reproducible() {
-        for s in SCENARIOS {
-            let a = gen_with(s, |_| {});
-            assert!(!a.is_empty(), "{s}");
-            assert!(sorted_and_bounded(&a, 30 * NANOS_PER_SEC), "{s}");
-            assert_eq!(a, gen_with(s, |_| {}), "{s}");
-            if s != Scenario::Constant {
-                assert_ne!(a, gen_with(s, |p| p.seed = 43), "{s}: the seed must matter");
+        for g in crate::generator::GENERATORS {
+            for s in SCENARIOS {
+                let a = gen_with(s, |p| p.generator = g);
+                assert!(!a.is_empty(), "{g} {s}");
+                assert!(sorted_and_bounded(&a, 30 * NANOS_PER_SEC), "{g} {s}");
+                assert_eq!(a, gen_with(s, |p| p.generator = g), "{g} {s}");
+                if s != Scenario::Constant {
+                    assert_ne!(a, gen_with(s, |p| (p.generator, p.seed) = (g, 43)), "{g} {s}: the seed must matter");
+                }
             }
         }
+    }
+
+    #[test]
+    fn the_generator_matters_except_for_constant() {
+        for s in SCENARIOS {
+            let python = gen_with(s, |p| p.generator = Generator::Python);
+            let xoshiro = gen_with(s, |p| p.generator = Generator::Xoshiro);
+            assert_eq!(python == xoshiro, s == Scenario::Constant, "{s}");
+        }
+    }
+
+    #[test]
+    fn python_poisson_is_the_float_sum_of_expovariate_gaps() {
+        let a = gen_with(Scenario::Poisson, |_| {});
+        assert_eq!(a.len(), 184);
+        // random.Random(42): the first gap is 0.1700100478791335 s, the last arrival before 30 s
+        // is at 29.97640353425597 s.
+        assert_eq!(a[0].at, 170_010_048);
+        assert_eq!(a[183].at, 29_976_403_534);
     }
 
     #[test]

@@ -173,8 +173,9 @@ pub enum SimError {
     Io(#[from] std::io::Error),
 }
 
-/// Sees every decision as it is made, and the progress of the run.
-pub trait Observer {
+/// Receives every decision as it is made, and the progress of the run: the decisions file and
+/// the progress bar of `sluice simulate` are sinks.
+pub trait DecisionSink {
     /// Called for every arrival and lane, in time order.
     fn decision(&mut self, arrival: &Arrival, lane: &Lane, decision: &Decision) -> std::io::Result<()> {
         let _ = (arrival, lane, decision);
@@ -187,15 +188,15 @@ pub trait Observer {
     }
 }
 
-/// An observer that does nothing.
+/// A sink that discards every decision.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Quiet;
 
-impl Observer for Quiet {}
+impl DecisionSink for Quiet {}
 
 /// The results of one lane.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LaneOutcome {
+pub struct LaneResults {
     /// The lane that ran.
     pub lane: Lane,
     /// For each arrival, in order: admitted or not.
@@ -208,7 +209,7 @@ pub struct LaneOutcome {
     pub max_in_window: u64,
 }
 
-impl LaneOutcome {
+impl LaneResults {
     /// Admitted over all requests; 0 when there were none.
     pub fn allowed_ratio(&self) -> f64 {
         let n = self.admitted + self.rejected;
@@ -218,13 +219,13 @@ impl LaneOutcome {
 
 /// The results of a run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct RunResults {
     /// The arrivals' times, in order.
     pub times: Vec<Nanos>,
     /// The interval `max_in_window` measured.
     pub window: Nanos,
     /// One per lane, in the order of the lanes.
-    pub lanes: Vec<LaneOutcome>,
+    pub lanes: Vec<LaneResults>,
 }
 
 /// A set of lanes to run over arrivals.
@@ -298,7 +299,7 @@ impl Simulation {
 
     /// Decides every arrival under every lane, in time order, through a fresh memory store.
     /// Arrivals must be sorted by time (generated and parsed arrivals are).
-    pub fn run(&self, arrivals: &[Arrival], observer: &mut dyn Observer) -> Result<Outcome, SimError> {
+    pub fn run(&self, arrivals: &[Arrival], sink: &mut dyn DecisionSink) -> Result<RunResults, SimError> {
         if let Some(i) = arrivals.windows(2).position(|w| w[1].at < w[0].at) {
             return Err(SimError::Unsorted(i + 1));
         }
@@ -326,13 +327,13 @@ impl Simulation {
             for (index, lane) in self.lanes.iter().enumerate() {
                 let d = engine.decide(index, keys[lane.scope as usize], a.at)?;
                 allowed[index].push(d.allowed);
-                observer.decision(a, lane, &d)?;
+                sink.decision(a, lane, &d)?;
             }
             if (i + 1) % PROGRESS_EVERY == 0 {
-                observer.progress(i + 1, arrivals.len());
+                sink.progress(i + 1, arrivals.len());
             }
         }
-        observer.progress(arrivals.len(), arrivals.len());
+        sink.progress(arrivals.len(), arrivals.len());
         let times: Vec<Nanos> = arrivals.iter().map(|a| a.at).collect();
         let lanes = self
             .lanes
@@ -342,7 +343,7 @@ impl Simulation {
                 let admitted_times: Vec<Nanos> =
                     times.iter().zip(&allowed).filter(|(_, ok)| **ok).map(|(t, _)| *t).collect();
                 let admitted = admitted_times.len() as u64;
-                LaneOutcome {
+                LaneResults {
                     lane: lane.clone(),
                     admitted,
                     rejected: allowed.len() as u64 - admitted,
@@ -351,7 +352,7 @@ impl Simulation {
                 }
             })
             .collect();
-        Ok(Outcome { times, window: self.window, lanes })
+        Ok(RunResults { times, window: self.window, lanes })
     }
 }
 
@@ -403,9 +404,9 @@ mod tests {
     }
 
     #[test]
-    fn observer_sees_every_decision_in_order() {
+    fn the_sink_sees_every_decision_in_order() {
         struct Log(Vec<(Nanos, String, bool, u64)>, usize);
-        impl Observer for Log {
+        impl DecisionSink for Log {
             fn decision(&mut self, a: &Arrival, lane: &Lane, d: &Decision) -> std::io::Result<()> {
                 self.0.push((a.at, lane.algorithm.clone(), d.allowed, d.retry_after));
                 Ok(())

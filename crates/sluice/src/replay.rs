@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::traffic::{PolicyArgs, TrafficArgs, duration};
+use crate::traffic::{PolicyArgs, TrafficArgs};
 use anyhow::{Context, bail};
 use clap::builder::PossibleValuesParser;
 use reqwest::Url;
@@ -24,7 +24,8 @@ use reqwest_middleware::ClientWithMiddleware;
 use sluice_client::{RetryError, RetryMiddleware, RetryPolicy, RetryReport};
 use sluice_core::{ALGORITHM_NAMES, Nanos};
 use sluice_sim::{
-    Arrival, KeyScope, Lane, LaneOutcome, Limits, Outcome, Quiet, Simulation, format_duration, max_in_window,
+    Arrival, KeyScope, Lane, LaneResults, Limits, Quiet, RunResults, Simulation, format_duration, max_in_window,
+    parse_duration,
 };
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -67,7 +68,7 @@ pub struct Args {
     max_attempts: u32,
     /// How long after the last arrival's time requests may still finish; also each request's
     /// timeout.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     grace: Nanos,
     /// The header that carries an arrival's account.
     #[arg(long, default_value = "x-api-key")]
@@ -82,7 +83,7 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// Draw the live outcome beside the simulated one to FILE.svg or FILE.png (needs --algorithm).
+    /// Draw the live results beside the simulated one to FILE.svg or FILE.png (needs --algorithm).
     #[arg(long, value_name = "FILE.svg|FILE.png", requires = "algorithm")]
     plot: Option<PathBuf>,
 }
@@ -144,10 +145,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let settings = Settings { url: url.to_string(), retry: args.retry, concurrency: args.concurrency };
     let summary = Summary::new(settings, &live, simulated.as_ref());
     if let (Some(path), Some(sim)) = (&args.plot, &simulated) {
-        let outcome = beside(sim, &live, &arrivals, limits.window);
+        let results = beside(sim, &live, &arrivals, limits.window);
         let title = format!("{} requests to {url}: live beside simulated", arrivals.len());
         let span = arrivals.last().map_or(0, |a| a.at).saturating_add(1).max(limits.window);
-        sluice_sim::plot(path, &outcome, &title, span)?;
+        sluice_sim::plot(path, &results, &title, span)?;
     }
     let text = match args.format {
         Format::Table => summary.to_table(),
@@ -259,7 +260,7 @@ enum Fate {
     Done(Call),
 }
 
-/// The outcome of the live run.
+/// The results of the live run.
 struct Live {
     /// One per arrival, in order.
     fates: Vec<Fate>,
@@ -374,27 +375,27 @@ fn admitted(fate: &Fate) -> bool {
 }
 
 /// The simulated lane of `algorithm` under `keys` over the replayed arrivals.
-fn simulate(algorithm: &str, keys: &str, limits: &Limits, arrivals: &[Arrival]) -> anyhow::Result<LaneOutcome> {
+fn simulate(algorithm: &str, keys: &str, limits: &Limits, arrivals: &[Arrival]) -> anyhow::Result<LaneResults> {
     let scope: KeyScope = keys.parse()?;
     let sim = Simulation::new(&[algorithm], &[scope], limits)?;
-    let mut outcome = sim.run(arrivals, &mut Quiet)?;
-    let mut lane = outcome.lanes.remove(0);
+    let mut results = sim.run(arrivals, &mut Quiet)?;
+    let mut lane = results.lanes.remove(0);
     lane.lane.algorithm = format!("simulated {algorithm}");
     Ok(lane)
 }
 
 /// The live lane above the simulated one, for the figure.
-fn beside(sim: &LaneOutcome, live: &Live, arrivals: &[Arrival], window: Nanos) -> Outcome {
+fn beside(sim: &LaneResults, live: &Live, arrivals: &[Arrival], window: Nanos) -> RunResults {
     let times: Vec<Nanos> = arrivals.iter().map(|a| a.at).collect();
     let allowed: Vec<bool> = live.fates.iter().map(admitted).collect();
     let admitted_times: Vec<Nanos> = times.iter().zip(&allowed).filter(|(_, a)| **a).map(|(t, _)| *t).collect();
     let admitted = admitted_times.len() as u64;
-    let lane = LaneOutcome {
+    let lane = LaneResults {
         lane: Lane { algorithm: "live (not 429/503)".into(), scope: sim.lane.scope, policy: sim.lane.policy },
         allowed,
         admitted,
         rejected: times.len() as u64 - admitted,
         max_in_window: max_in_window(&admitted_times, window),
     };
-    Outcome { times, window, lanes: vec![lane, sim.clone()] }
+    RunResults { times, window, lanes: vec![lane, sim.clone()] }
 }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::builder::PossibleValuesParser;
 use sluice_core::Nanos;
-use sluice_sim::{Arrival, Limits, SCENARIOS, Scenario, TrafficParams, parse_arrivals, parse_duration};
+use sluice_sim::{
+    Arrival, GENERATORS, Generator, Limits, SCENARIOS, Scenario, TrafficParams, parse_arrivals, parse_duration,
+};
 
 /// Where the arrivals come from (flattened into both subcommands' arguments).
 #[derive(Debug, clap::Args)]
@@ -21,12 +23,18 @@ pub struct TrafficArgs {
     /// Requests per second of the generated traffic.
     #[arg(long, default_value_t = 6.0, conflicts_with = "arrivals")]
     pub rps: f64,
-    /// Length of the generated traffic (30s, 500ms, 15m).
-    #[arg(long, default_value = "30s", value_parser = duration, conflicts_with = "arrivals")]
+    /// Length of the generated traffic (30s, 500ms, 15m, 1d).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, conflicts_with = "arrivals")]
     pub duration: Nanos,
-    /// Seed of the generator: the same seed gives the same arrivals on every machine.
+    /// Seed of the generator: the same seed gives the same arrivals.
     #[arg(long, default_value_t = 42, conflicts_with = "arrivals")]
     pub seed: u64,
+    /// The pseudo-random generator: python is Python's random.Random(SEED), the seed article's
+    /// (the same arrivals as a few lines of Python); xoshiro is xoshiro256** with a portable
+    /// logarithm (the same arrivals with every C library).
+    #[arg(long, default_value = "python", value_parser = PossibleValuesParser::new(GENERATORS.map(Generator::name)),
+          conflicts_with = "arrivals")]
+    pub generator: String,
     /// Clients of the nat (default 20) and botnet (default 200) scenarios.
     #[arg(long, conflicts_with = "arrivals")]
     pub clients: Option<usize>,
@@ -38,8 +46,9 @@ pub struct PolicyArgs {
     /// Requests per window for fixed-window, sliding-log and sliding-window.
     #[arg(long, default_value_t = 10)]
     pub limit: u64,
-    /// The window; also the interval of the max_in_window column, for every algorithm.
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    /// The window (500ms, 1s, 15m); also the interval of the max_in_window column, for every
+    /// algorithm.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub window: Nanos,
     /// Capacity of the token bucket and the leaky bucket.
     #[arg(long, default_value_t = 20)]
@@ -55,11 +64,6 @@ impl PolicyArgs {
     pub fn limits(&self) -> Limits {
         Limits { limit: self.limit, window: self.window, capacity: self.capacity, refill: self.refill }
     }
-}
-
-/// A duration argument (`30s`, `500ms`, `15m`) in nanoseconds.
-pub fn duration(s: &str) -> Result<Nanos, String> {
-    parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// The arrivals and where they came from.
@@ -83,6 +87,7 @@ impl TrafficArgs {
             rps: self.rps,
             duration: self.duration,
             seed: self.seed,
+            generator: self.generator.parse()?,
             limit,
             window,
             clients: self.clients,

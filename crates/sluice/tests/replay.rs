@@ -91,6 +91,23 @@ fn replay_against_the_seed_service_agrees_with_simulate() {
 }
 
 #[test]
+fn generated_arrivals_come_from_the_chosen_generator() {
+    // The first five arrivals of the article's Poisson stream (all within the first second),
+    // from Python's generator by default or from xoshiro, against a service that admits them all.
+    let serve = Serve::seed("100", "100");
+    let url = serve.url("/api/hello");
+    for generator in [None, Some("python"), Some("xoshiro")] {
+        let mut args = vec!["--url", url.as_str(), "--requests", "5", "--algorithm", "fixed-window"];
+        args.extend(generator.iter().flat_map(|g| ["--generator", *g]));
+        let live = json("replay", &args);
+        assert_eq!((live["requests"].as_u64(), live["sent"].as_u64()), (Some(5), Some(5)), "{generator:?}");
+        assert_eq!(count(&live, "statuses", "200"), 5, "{generator:?}");
+        assert_eq!(live["simulated"]["allowed"], 5);
+        assert_eq!(live["simulated"]["agreeing"], 5);
+    }
+}
+
+#[test]
 fn arrival_keys_travel_as_forwarded_for_and_api_key() {
     let dir = TempDir::new("keys");
     let config = dir.write(
@@ -197,6 +214,8 @@ fn bad_targets_and_arguments_get_a_clear_error() {
         (vec!["--url", "http://127.0.0.1:9/", "--plot", "x.svg"], "--algorithm"),
         (vec!["--url", "http://127.0.0.1:9/", "--arrivals", &dir.path("missing.txt")], "missing.txt"),
         (vec!["--url", "http://127.0.0.1:9/", "--arrivals", &file, "--concurrency", "0"], "concurrency"),
+        (vec!["--url", "http://127.0.0.1:9/", "--arrivals", &file, "--grace", "10"], "`10` has no unit"),
+        (vec!["--url", "http://127.0.0.1:9/", "--generator", "mt19937"], "mt19937"),
     ] {
         let out = sluice("replay", &args);
         assert!(!out.status.success(), "{args:?} should fail");

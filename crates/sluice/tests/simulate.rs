@@ -1,12 +1,15 @@
 //! `sluice simulate` as a user runs it: the built binary, its output formats and files.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod support;
+
+use support::{SLUICE, TempDir};
+
 fn sluice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice")).arg("simulate").args(args).output().expect("run the sluice binary")
+    Command::new(SLUICE).arg("simulate").args(args).output().expect("run the sluice binary")
 }
 
 fn stdout_ok(args: &[&str]) -> String {
@@ -21,39 +24,58 @@ fn json(args: &[&str]) -> Value {
     serde_json::from_str(&stdout_ok(&all)).expect("valid JSON on stdout")
 }
 
-/// A fresh directory for one test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("sluice-simulate-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.0.join(file).display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn result<'a>(v: &'a Value, algorithm: &str) -> &'a Value {
     v["results"].as_array().unwrap().iter().find(|r| r["algorithm"] == algorithm).unwrap()
 }
 
 #[test]
-fn defaults_reproduce_the_article_set_up_as_json() {
+fn defaults_reproduce_the_article_table_exactly() {
+    // The article: 184 requests; fixed window 178 allowed, 6 rejected (96.74%); sliding window
+    // counter 178 (96.74%); token bucket 184 (100%); leaky bucket 184 (100%).
     let v = json(&[]);
+    assert_eq!(v["requests"], 184);
+    assert_eq!(
+        (v["scenario"].as_str(), v["seed"].as_u64(), v["generator"].as_str()),
+        (Some("poisson"), Some(42), Some("python"))
+    );
+    let row = |a: &str| {
+        let r = result(&v, a);
+        (
+            r["allowed"].as_u64().unwrap(),
+            r["rejected"].as_u64().unwrap(),
+            format!("{:.2}%", r["allowed_ratio"].as_f64().unwrap() * 100.0),
+        )
+    };
+    assert_eq!(row("fixed-window"), (178, 6, "96.74%".to_string()));
+    assert_eq!(row("sliding-window"), (178, 6, "96.74%".to_string()));
+    assert_eq!(row("token-bucket"), (184, 0, "100.00%".to_string()));
+    assert_eq!(row("leaky-bucket"), (184, 0, "100.00%".to_string()));
+    // Not in the article: the exact log holds to 10 in every second.
+    assert_eq!(row("sliding-log"), (174, 10, "94.57%".to_string()));
+
+    let table = stdout_ok(&[]);
+    assert_eq!(
+        table,
+        "poisson: 184 requests in 30s at 6 req/s, seed 42 (python generator)\n\
+         windows: 10 per 1s; buckets: capacity 20, 10 per second\n\
+         algorithm       allowed  rejected  allowed %  max in 1s\n\
+         fixed-window        178         6     96.74%         13\n\
+         sliding-log         174        10     94.57%         10\n\
+         sliding-window      178         6     96.74%         13\n\
+         token-bucket        184         0    100.00%         15\n\
+         leaky-bucket        184         0    100.00%         15\n"
+    );
+    assert_eq!(stdout_ok(&["--generator", "python"]), table);
+}
+
+#[test]
+fn the_xoshiro_generator_keeps_its_numbers() {
+    let v = json(&["--generator", "xoshiro"]);
     let n = v["requests"].as_u64().unwrap();
     assert_eq!(n, 182);
     assert_eq!(v["scenario"], "poisson");
     assert_eq!(v["seed"], 42);
+    assert_eq!(v["generator"], "xoshiro");
     assert_eq!(v["parameters"]["limit"], 10);
     assert_eq!(v["parameters"]["capacity"], 20);
     let results = v["results"].as_array().unwrap();
@@ -65,11 +87,32 @@ fn defaults_reproduce_the_article_set_up_as_json() {
         assert!((r["allowed_ratio"].as_f64().unwrap() - a as f64 / n as f64).abs() < 1e-12);
         assert!(r["max_in_window"].as_u64().unwrap() >= 10);
     }
+    let allowed: Vec<u64> = results.iter().map(|r| r["allowed"].as_u64().unwrap()).collect();
+    assert_eq!(allowed, [179, 178, 177, 182, 182]);
     for bucket in ["token-bucket", "leaky-bucket"] {
         assert_eq!(result(&v, bucket)["rejected"], 0);
     }
     for window in ["fixed-window", "sliding-log", "sliding-window"] {
         assert!(result(&v, window)["rejected"].as_u64().unwrap() > 0);
+    }
+    assert!(
+        stdout_ok(&["--generator", "xoshiro"])
+            .starts_with("poisson: 182 requests in 30s at 6 req/s, seed 42 (xoshiro generator)\n")
+    );
+}
+
+#[test]
+fn durations_take_every_unit_and_need_one() {
+    // A day at one request a minute: `1d` is the same duration here as in `serve --drain`.
+    let v = json(&["--duration", "1d", "--rps", "0.0166", "--algorithms", "token-bucket"]);
+    assert_eq!(v["duration_seconds"], 86_400.0);
+    assert!((1_300..1_600).contains(&v["requests"].as_u64().unwrap()), "{}", v["requests"]);
+    assert_eq!(json(&["--duration", "1.5min", "--window", "500ms"])["duration_seconds"], 90.0);
+    for (flag, value) in [("--duration", "30"), ("--window", "1")] {
+        let out = sluice(&[flag, value]);
+        assert!(!out.status.success(), "{flag} {value} should be refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("`{value}` has no unit: write e.g. `{value}s`")), "{err}");
     }
 }
 
@@ -153,6 +196,9 @@ fn bad_arguments_are_refused_with_a_message() {
         (vec!["--scenario", "flood"], "flood"),
         (vec!["--algorithms", "fixed-window,nope"], "nope"),
         (vec!["--duration", "3 weeks"], "unit"),
+        (vec!["--duration", "3w"], "unknown unit `w`"),
+        (vec!["--generator", "mt19937"], "mt19937"),
+        (vec!["--arrivals", "x.txt", "--generator", "xoshiro"], "cannot be used with"),
         (vec!["--rps", "0"], "rate"),
         (vec!["--limit", "0"], "limit must be at least 1"),
         (vec!["--arrivals", "x.txt", "--seed", "3"], "cannot be used with"),

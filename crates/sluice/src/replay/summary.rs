@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_sim::LaneOutcome;
+use sluice_sim::LaneResults;
 
 use super::{Fate, Live, admitted};
 
@@ -85,7 +85,7 @@ fn percentile(v: &[Duration], p: u32) -> Duration {
 }
 
 impl Summary {
-    pub(super) fn new(settings: Settings, live: &Live, simulated: Option<&LaneOutcome>) -> Self {
+    pub(super) fn new(settings: Settings, live: &Live, simulated: Option<&LaneResults>) -> Self {
         let mut statuses = BTreeMap::new();
         let mut errors = BTreeMap::new();
         let (mut retries, mut rate_limited) = (0u64, 0u64);
