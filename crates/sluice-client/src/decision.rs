@@ -6,9 +6,10 @@ use std::time::Duration;
 use http::{HeaderMap, Method, StatusCode};
 use sluice_core::Nanos;
 
-/// How an attempt ended, as far as the retry decision cares.
+/// What an attempt produced, as far as the retry decision cares: a response (its status and
+/// headers) or the kind of error that stood in for one.
 #[derive(Debug, Clone, Copy)]
-pub enum Outcome<'a> {
+pub enum AttemptResult<'a> {
     /// A response arrived.
     Response {
         /// Its status.
@@ -30,8 +31,8 @@ pub struct Attempt<'a> {
     pub index: u32,
     /// The request's method.
     pub method: &'a Method,
-    /// How it ended.
-    pub outcome: Outcome<'a>,
+    /// What it produced.
+    pub result: AttemptResult<'a>,
     /// Wall-clock time, Unix nanoseconds (needed to read an HTTP-date).
     pub now: Nanos,
     /// The overall deadline, Unix nanoseconds; `None` for no deadline.
@@ -43,7 +44,7 @@ pub struct Attempt<'a> {
 pub enum RetryDecision {
     /// Send the request again after this wait.
     RetryAfter(Duration),
-    /// Stop and hand the last outcome to the caller.
+    /// Stop and hand the last attempt's result to the caller.
     GiveUp(GiveUpReason),
 }
 
@@ -77,7 +78,7 @@ impl fmt::Display for DelaySource {
 /// Why no further attempt is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GiveUpReason {
-    /// The outcome is not one the policy retries: a success, a status outside the retry set, or
+    /// What the attempt produced is not something the policy retries: a success, a status outside the retry set, or
     /// an error another attempt would not cure. This is the normal end of a call.
     NotRetryable,
     /// A 503 or a connection error on a method that is not idempotent: the request may have been
@@ -107,7 +108,7 @@ pub enum GiveUpReason {
 }
 
 impl GiveUpReason {
-    /// True when the call stopped although the last outcome was a retryable failure.
+    /// True when the call stopped although the last attempt met a retryable failure.
     pub fn is_give_up(&self) -> bool {
         !matches!(self, GiveUpReason::NotRetryable)
     }
@@ -116,7 +117,7 @@ impl GiveUpReason {
 impl fmt::Display for GiveUpReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GiveUpReason::NotRetryable => f.write_str("the outcome is not retryable"),
+            GiveUpReason::NotRetryable => f.write_str("the result is not retryable"),
             GiveUpReason::NotIdempotent { method } => {
                 write!(f, "{method} is not idempotent and the request may have been processed")
             }

@@ -53,7 +53,7 @@
 //! ```
 //! use std::time::Duration;
 //! use http::{HeaderMap, HeaderValue, Method, StatusCode};
-//! use sluice_client::{Attempt, GiveUpReason, Outcome, RetryDecision, RetryPolicy};
+//! use sluice_client::{Attempt, GiveUpReason, AttemptResult, RetryDecision, RetryPolicy};
 //!
 //! let policy = RetryPolicy::builder().deadline(Duration::from_secs(60)).build().unwrap();
 //! let now = 1_700_000_000_000_000_000; // Unix nanoseconds
@@ -62,7 +62,7 @@
 //! let attempt = Attempt {
 //!     index: 0,
 //!     method: &Method::POST,
-//!     outcome: Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers },
+//!     result: AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers },
 //!     now,
 //!     deadline: Some(now + 60_000_000_000),
 //! };
@@ -73,7 +73,7 @@
 //! // The same 429 asking for two minutes would pass the deadline: give up now and say why.
 //! let mut later = HeaderMap::new();
 //! later.insert("retry-after", HeaderValue::from_static("120"));
-//! let attempt = Attempt { outcome: Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &later }, ..attempt };
+//! let attempt = Attempt { result: AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &later }, ..attempt };
 //! assert!(matches!(
 //!     policy.decide(&attempt, &no_jitter_needed),
 //!     RetryDecision::GiveUp(GiveUpReason::DeadlineWouldPass { .. })
@@ -92,8 +92,8 @@ mod retrier;
 mod server_hint;
 mod sleeper;
 
-pub use budget::RetryBudget;
-pub use decision::{Attempt, DelaySource, GiveUpReason, Outcome, RetryDecision, is_idempotent};
+pub use budget::{BudgetError, RetryBudget};
+pub use decision::{Attempt, AttemptResult, DelaySource, GiveUpReason, RetryDecision, is_idempotent};
 pub use layer::{RetryFuture, RetryLayer, RetryService};
 pub use middleware::RetryMiddleware;
 pub use policy::{Jitter, PolicyError, RetryPolicy, RetryPolicyBuilder};

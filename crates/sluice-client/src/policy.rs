@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use sluice_core::{Nanos, ParamError};
+use sluice_core::Nanos;
 use thiserror::Error;
 
-use crate::budget::RetryBudget;
-use crate::decision::{Attempt, DelaySource, GiveUpReason, Outcome, RetryDecision, is_idempotent};
+use crate::budget::{BudgetError, RetryBudget};
+use crate::decision::{Attempt, AttemptResult, DelaySource, GiveUpReason, RetryDecision, is_idempotent};
 use crate::random::{RandomSource, uniform_inclusive};
 use crate::server_hint::server_delay;
 
@@ -39,9 +39,10 @@ pub enum PolicyError {
         /// The cap.
         cap: Duration,
     },
-    /// The retry budget's ratio or allowance is not usable.
-    #[error("retry budget: {0}")]
-    Budget(ParamError),
+    /// The retry budget's ratio or allowance is not usable (lets `?` carry a [`BudgetError`]
+    /// where a policy is being built).
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
 }
 
 /// When and how long to wait before sending a request again.
@@ -259,15 +260,15 @@ impl RetryPolicy {
     /// 4. If the wait would reach or pass the deadline: [`GiveUpReason::DeadlineWouldPass`],
     ///    saying how long the wait was, how much time was left, and who asked for the wait.
     pub fn decide(&self, attempt: &Attempt<'_>, rng: &dyn RandomSource) -> RetryDecision {
-        let headers = match attempt.outcome {
-            Outcome::Response { status, headers } if status == StatusCode::TOO_MANY_REQUESTS => Some(headers),
-            Outcome::Response { status, headers } if self.retry_statuses.contains(&status) => {
+        let headers = match attempt.result {
+            AttemptResult::Response { status, headers } if status == StatusCode::TOO_MANY_REQUESTS => Some(headers),
+            AttemptResult::Response { status, headers } if self.retry_statuses.contains(&status) => {
                 if let Some(reason) = self.unsafe_to_repeat(attempt) {
                     return RetryDecision::GiveUp(reason);
                 }
                 Some(headers)
             }
-            Outcome::ConnectionError if self.retry_connection_errors => {
+            AttemptResult::ConnectionError if self.retry_connection_errors => {
                 if let Some(reason) = self.unsafe_to_repeat(attempt) {
                     return RetryDecision::GiveUp(reason);
                 }
@@ -311,8 +312,8 @@ mod tests {
     /// A random source that always draws the top value.
     const TOP: fn() -> u64 = || u64::MAX;
 
-    fn attempt<'a>(index: u32, method: &'a Method, outcome: Outcome<'a>, deadline: Option<Nanos>) -> Attempt<'a> {
-        Attempt { index, method, outcome, now: NOW, deadline }
+    fn attempt<'a>(index: u32, method: &'a Method, result: AttemptResult<'a>, deadline: Option<Nanos>) -> Attempt<'a> {
+        Attempt { index, method, result, now: NOW, deadline }
     }
 
     fn with(name: &'static str, value: &str) -> HeaderMap {
@@ -321,8 +322,8 @@ mod tests {
         h
     }
 
-    fn status(code: u16, headers: &HeaderMap) -> Outcome<'_> {
-        Outcome::Response { status: StatusCode::from_u16(code).unwrap(), headers }
+    fn status(code: u16, headers: &HeaderMap) -> AttemptResult<'_> {
+        AttemptResult::Response { status: StatusCode::from_u16(code).unwrap(), headers }
     }
 
     #[test]
@@ -398,7 +399,7 @@ mod tests {
         let h = HeaderMap::new();
         let post_503 = p.decide(&attempt(0, &Method::POST, status(503, &h), None), &TOP);
         assert_eq!(post_503, RetryDecision::GiveUp(GiveUpReason::NotIdempotent { method: Method::POST }));
-        let post_conn = p.decide(&attempt(0, &Method::POST, Outcome::ConnectionError, None), &TOP);
+        let post_conn = p.decide(&attempt(0, &Method::POST, AttemptResult::ConnectionError, None), &TOP);
         assert_eq!(post_conn, RetryDecision::GiveUp(GiveUpReason::NotIdempotent { method: Method::POST }));
         for m in [Method::POST, Method::PATCH, Method::GET] {
             let d = p.decide(&attempt(0, &m, status(429, &h), None), &TOP);
@@ -421,10 +422,10 @@ mod tests {
             let d = p.decide(&attempt(0, &Method::GET, status(code, &h), None), &TOP);
             assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable), "{code}");
         }
-        let d = p.decide(&attempt(0, &Method::GET, Outcome::OtherError, None), &TOP);
+        let d = p.decide(&attempt(0, &Method::GET, AttemptResult::OtherError, None), &TOP);
         assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable));
         let no_conn = RetryPolicy::builder().retry_connection_errors(false).build().unwrap();
-        let d = no_conn.decide(&attempt(0, &Method::GET, Outcome::ConnectionError, None), &TOP);
+        let d = no_conn.decide(&attempt(0, &Method::GET, AttemptResult::ConnectionError, None), &TOP);
         assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable));
         let gateway = RetryPolicy::builder().retry_status(StatusCode::BAD_GATEWAY).build().unwrap();
         let d = gateway.decide(&attempt(0, &Method::GET, status(502, &h), None), &TOP);

@@ -8,7 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use proptest::prelude::*;
 use sluice_client::{
-    Attempt, GiveUpReason, Jitter, ManualSleeper, Outcome, Retrier, RetryAfter, RetryBudget, RetryDecision,
+    Attempt, AttemptResult, GiveUpReason, Jitter, ManualSleeper, Retrier, RetryAfter, RetryBudget, RetryDecision,
     RetryPolicy, SplitMix64,
 };
 use sluice_core::{Clock, ManualClock, NANOS_PER_SEC};
@@ -28,8 +28,8 @@ fn policy(base_ms: u64, extra_cap_ms: u64, jitter: Jitter) -> RetryPolicy {
         .unwrap()
 }
 
-fn limited(headers: &HeaderMap) -> Outcome<'_> {
-    Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers }
+fn limited(headers: &HeaderMap) -> AttemptResult<'_> {
+    AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers }
 }
 
 proptest! {
@@ -42,7 +42,7 @@ proptest! {
         let cap = (base_ms + extra_cap_ms) as u128 * 1_000_000;
         let ceiling = if index >= 64 { cap } else { ((base_ms as u128 * 1_000_000) << index).min(cap) };
         let headers = HeaderMap::new();
-        let attempt = Attempt { index, method: &Method::GET, outcome: limited(&headers), now: NOW, deadline: None };
+        let attempt = Attempt { index, method: &Method::GET, result: limited(&headers), now: NOW, deadline: None };
         let RetryDecision::RetryAfter(wait) = p.decide(&attempt, &rng) else { panic!("a 429 with no deadline is retried") };
         prop_assert!(wait.as_nanos() <= ceiling, "{wait:?} > {ceiling}");
         prop_assert_eq!(p.backoff_ceiling(index) as u128, ceiling);
