@@ -6,6 +6,8 @@ use std::time::Duration;
 use http::{HeaderMap, Method, StatusCode};
 use sluice_core::Nanos;
 
+use crate::x_ratelimit::ResetForm;
+
 /// What an attempt produced, as far as the retry decision cares: a response (its status and
 /// headers) or the kind of error that stood in for one.
 #[derive(Debug, Clone, Copy)]
@@ -14,7 +16,8 @@ pub enum AttemptResult<'a> {
     Response {
         /// Its status.
         status: StatusCode,
-        /// Its headers (`Retry-After`, `RateLimit-Reset`, `RateLimit`).
+        /// Its headers (`Retry-After`, `RateLimit`, `RateLimit-Reset`, `X-RateLimit-Reset` and the
+        /// `-Remaining` fields beside them).
         headers: &'a HeaderMap,
     },
     /// No response: the connection failed, was reset or timed out. The request may or may not
@@ -57,8 +60,10 @@ pub enum DelaySource {
     RetryAfterDate,
     /// `RateLimit-Reset` (draft 6).
     RateLimitReset,
-    /// The `t` parameter of `RateLimit` (current draft).
+    /// The `t` parameter of `RateLimit` (draft 10).
     RateLimit,
+    /// `X-RateLimit-Reset`, read in the form its magnitude gave.
+    XRateLimitReset(ResetForm),
     /// The policy's own exponential backoff with jitter.
     Backoff,
 }
@@ -70,6 +75,7 @@ impl fmt::Display for DelaySource {
             DelaySource::RetryAfterDate => "Retry-After (date)",
             DelaySource::RateLimitReset => "RateLimit-Reset",
             DelaySource::RateLimit => "RateLimit t",
+            DelaySource::XRateLimitReset(form) => return write!(f, "X-RateLimit-Reset ({form})"),
             DelaySource::Backoff => "backoff",
         })
     }
@@ -101,6 +107,17 @@ pub enum GiveUpReason {
         /// Who required the wait: the server (its header) or the backoff.
         source: DelaySource,
     },
+    /// The server asked for a wait longer than the policy's
+    /// [`max_server_wait`](crate::RetryPolicyBuilder::max_server_wait): rather than retry before
+    /// the server's time (and meet another refusal), the call stops now.
+    ServerWaitTooLong {
+        /// The wait the server asked for.
+        wait: Duration,
+        /// The longest wait the policy accepts from a server.
+        max: Duration,
+        /// The header that asked for it.
+        source: DelaySource,
+    },
     /// The retry budget has no token left: retries are already at their share of requests.
     BudgetExhausted,
     /// The request's body is a stream that cannot be sent twice.
@@ -127,6 +144,12 @@ impl fmt::Display for GiveUpReason {
                 "waiting {:.3}s ({source}) would pass the deadline ({:.3}s left)",
                 wait.as_secs_f64(),
                 left.as_secs_f64()
+            ),
+            GiveUpReason::ServerWaitTooLong { wait, max, source } => write!(
+                f,
+                "the server asked for a wait of {:.3}s ({source}), more than the {:.3}s accepted",
+                wait.as_secs_f64(),
+                max.as_secs_f64()
             ),
             GiveUpReason::BudgetExhausted => f.write_str("the retry budget is exhausted"),
             GiveUpReason::BodyNotReplayable => f.write_str("the request body cannot be sent again"),
