@@ -22,12 +22,28 @@
 
 use std::sync::Mutex;
 
-use sluice_core::{Algorithm, GcraState, NANOS_PER_SEC, Nanos, TokenBucket};
-
-use crate::policy::PolicyError;
+use sluice_core::{Algorithm, GcraState, NANOS_PER_SEC, Nanos, ParamError, TokenBucket};
+use thiserror::Error;
 
 /// The virtual time at which the clock is moved back.
 const REBASE_AT: Nanos = 1 << 62;
+
+/// A retry budget that cannot be made.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum BudgetError {
+    /// The share of requests that may be retried is not a positive, finite number.
+    #[error("the retry budget's ratio must be a positive, finite number (got {0})")]
+    BadRatio(f64),
+    /// No retry in hand: the budget could never grant one.
+    #[error("the retry budget's allowance must be at least 1")]
+    ZeroAllowance,
+    /// The ratio is so small that one retry is earned more rarely than 64-bit nanoseconds count.
+    #[error("the retry budget's ratio {ratio} is too small to represent")]
+    RatioTooSmall {
+        /// The ratio given.
+        ratio: f64,
+    },
+}
 
 /// A retry budget shared by every request of a client (clone the policy or the middleware, not
 /// the budget: it is kept behind an `Arc`).
@@ -59,12 +75,16 @@ struct Ledger {
 impl RetryBudget {
     /// Retries at most `ratio` per request (0.1 = 10%) plus `allowance` retries in hand, which is
     /// also the most the budget saves up. `ratio` must be positive and finite, `allowance` >= 1.
-    pub fn new(ratio: f64, allowance: u64) -> Result<Self, PolicyError> {
+    pub fn new(ratio: f64, allowance: u64) -> Result<Self, BudgetError> {
         Self::with_rebase(ratio, allowance, REBASE_AT)
     }
 
-    fn with_rebase(ratio: f64, allowance: u64, rebase_at: Nanos) -> Result<Self, PolicyError> {
-        let bucket = TokenBucket::new(allowance, ratio).map_err(PolicyError::Budget)?;
+    fn with_rebase(ratio: f64, allowance: u64, rebase_at: Nanos) -> Result<Self, BudgetError> {
+        let bucket = TokenBucket::new(allowance, ratio).map_err(|e| match e {
+            ParamError::Zero { .. } => BudgetError::ZeroAllowance,
+            ParamError::BadRate { value, .. } => BudgetError::BadRatio(value),
+            _ => BudgetError::RatioTooSmall { ratio },
+        })?;
         Ok(Self { bucket, ratio, rebase_at, state: Mutex::new(Ledger::default()) })
     }
 
@@ -161,10 +181,12 @@ mod tests {
 
     #[test]
     fn bad_parameters_are_errors() {
-        assert!(RetryBudget::new(0.0, 10).is_err());
-        assert!(RetryBudget::new(-0.1, 10).is_err());
-        assert!(RetryBudget::new(f64::NAN, 10).is_err());
-        assert!(RetryBudget::new(0.1, 0).is_err());
+        assert_eq!(RetryBudget::new(0.0, 10).unwrap_err(), BudgetError::BadRatio(0.0));
+        assert_eq!(RetryBudget::new(-0.1, 10).unwrap_err(), BudgetError::BadRatio(-0.1));
+        assert!(matches!(RetryBudget::new(f64::NAN, 10), Err(BudgetError::BadRatio(r)) if r.is_nan()));
+        assert_eq!(RetryBudget::new(f64::INFINITY, 10).unwrap_err(), BudgetError::BadRatio(f64::INFINITY));
+        assert_eq!(RetryBudget::new(0.1, 0).unwrap_err(), BudgetError::ZeroAllowance);
+        assert_eq!(RetryBudget::new(1e-300, 10).unwrap_err(), BudgetError::RatioTooSmall { ratio: 1e-300 });
     }
 
     #[test]

@@ -6,14 +6,18 @@ use std::time::Duration;
 use http::{HeaderMap, Method, StatusCode};
 use sluice_core::Nanos;
 
-/// How an attempt ended, as far as the retry decision cares.
+use crate::x_ratelimit::ResetForm;
+
+/// What an attempt produced, as far as the retry decision cares: a response (its status and
+/// headers) or the kind of error that stood in for one.
 #[derive(Debug, Clone, Copy)]
-pub enum Outcome<'a> {
+pub enum AttemptResult<'a> {
     /// A response arrived.
     Response {
         /// Its status.
         status: StatusCode,
-        /// Its headers (`Retry-After`, `RateLimit-Reset`, `RateLimit`).
+        /// Its headers (`Retry-After`, `RateLimit`, `RateLimit-Reset`, `X-RateLimit-Reset` and the
+        /// `-Remaining` fields beside them).
         headers: &'a HeaderMap,
     },
     /// No response: the connection failed, was reset or timed out. The request may or may not
@@ -30,8 +34,8 @@ pub struct Attempt<'a> {
     pub index: u32,
     /// The request's method.
     pub method: &'a Method,
-    /// How it ended.
-    pub outcome: Outcome<'a>,
+    /// What it produced.
+    pub result: AttemptResult<'a>,
     /// Wall-clock time, Unix nanoseconds (needed to read an HTTP-date).
     pub now: Nanos,
     /// The overall deadline, Unix nanoseconds; `None` for no deadline.
@@ -43,7 +47,7 @@ pub struct Attempt<'a> {
 pub enum RetryDecision {
     /// Send the request again after this wait.
     RetryAfter(Duration),
-    /// Stop and hand the last outcome to the caller.
+    /// Stop and hand the last attempt's result to the caller.
     GiveUp(GiveUpReason),
 }
 
@@ -56,8 +60,10 @@ pub enum DelaySource {
     RetryAfterDate,
     /// `RateLimit-Reset` (draft 6).
     RateLimitReset,
-    /// The `t` parameter of `RateLimit` (current draft).
+    /// The `t` parameter of `RateLimit` (draft 10).
     RateLimit,
+    /// `X-RateLimit-Reset`, read in the form its magnitude gave.
+    XRateLimitReset(ResetForm),
     /// The policy's own exponential backoff with jitter.
     Backoff,
 }
@@ -69,6 +75,7 @@ impl fmt::Display for DelaySource {
             DelaySource::RetryAfterDate => "Retry-After (date)",
             DelaySource::RateLimitReset => "RateLimit-Reset",
             DelaySource::RateLimit => "RateLimit t",
+            DelaySource::XRateLimitReset(form) => return write!(f, "X-RateLimit-Reset ({form})"),
             DelaySource::Backoff => "backoff",
         })
     }
@@ -77,7 +84,7 @@ impl fmt::Display for DelaySource {
 /// Why no further attempt is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GiveUpReason {
-    /// The outcome is not one the policy retries: a success, a status outside the retry set, or
+    /// What the attempt produced is not something the policy retries: a success, a status outside the retry set, or
     /// an error another attempt would not cure. This is the normal end of a call.
     NotRetryable,
     /// A 503 or a connection error on a method that is not idempotent: the request may have been
@@ -100,6 +107,17 @@ pub enum GiveUpReason {
         /// Who required the wait: the server (its header) or the backoff.
         source: DelaySource,
     },
+    /// The server asked for a wait longer than the policy's
+    /// [`max_server_wait`](crate::RetryPolicyBuilder::max_server_wait): rather than retry before
+    /// the server's time (and meet another refusal), the call stops now.
+    ServerWaitTooLong {
+        /// The wait the server asked for.
+        wait: Duration,
+        /// The longest wait the policy accepts from a server.
+        max: Duration,
+        /// The header that asked for it.
+        source: DelaySource,
+    },
     /// The retry budget has no token left: retries are already at their share of requests.
     BudgetExhausted,
     /// The request's body is a stream that cannot be sent twice.
@@ -107,7 +125,7 @@ pub enum GiveUpReason {
 }
 
 impl GiveUpReason {
-    /// True when the call stopped although the last outcome was a retryable failure.
+    /// True when the call stopped although the last attempt met a retryable failure.
     pub fn is_give_up(&self) -> bool {
         !matches!(self, GiveUpReason::NotRetryable)
     }
@@ -116,7 +134,7 @@ impl GiveUpReason {
 impl fmt::Display for GiveUpReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GiveUpReason::NotRetryable => f.write_str("the outcome is not retryable"),
+            GiveUpReason::NotRetryable => f.write_str("the result is not retryable"),
             GiveUpReason::NotIdempotent { method } => {
                 write!(f, "{method} is not idempotent and the request may have been processed")
             }
@@ -126,6 +144,12 @@ impl fmt::Display for GiveUpReason {
                 "waiting {:.3}s ({source}) would pass the deadline ({:.3}s left)",
                 wait.as_secs_f64(),
                 left.as_secs_f64()
+            ),
+            GiveUpReason::ServerWaitTooLong { wait, max, source } => write!(
+                f,
+                "the server asked for a wait of {:.3}s ({source}), more than the {:.3}s accepted",
+                wait.as_secs_f64(),
+                max.as_secs_f64()
             ),
             GiveUpReason::BudgetExhausted => f.write_str("the retry budget is exhausted"),
             GiveUpReason::BodyNotReplayable => f.write_str("the request body cannot be sent again"),

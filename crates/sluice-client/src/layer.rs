@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::{Layer, Service, ServiceExt};
 
-use crate::decision::{Outcome, RetryDecision};
+use crate::decision::{AttemptResult, RetryDecision};
 use crate::policy::RetryPolicy;
 use crate::report::{BoxError, RetryError};
 use crate::retrier::Retrier;
@@ -151,7 +151,7 @@ where
             let mut first = true;
             loop {
                 let copy = request.clone();
-                let result: Result<Response<R>, BoxError> = if first {
+                let sent: Result<Response<R>, BoxError> = if first {
                     first = false;
                     inner.call(copy).await.map_err(Into::into)
                 } else {
@@ -160,18 +160,18 @@ where
                         Err(e) => Err(e.into()),
                     }
                 };
-                let outcome = match &result {
-                    Ok(response) => Outcome::Response { status: response.status(), headers: response.headers() },
-                    Err(_) => Outcome::ConnectionError,
+                let produced = match &sent {
+                    Ok(response) => AttemptResult::Response { status: response.status(), headers: response.headers() },
+                    Err(_) => AttemptResult::ConnectionError,
                 };
-                match session.record(&outcome, true) {
+                match session.record(&produced, true) {
                     RetryDecision::RetryAfter(wait) => {
-                        drop(result);
+                        drop(sent);
                         session.wait(wait).await;
                     }
                     RetryDecision::GiveUp(_) => {
                         let report = session.finish();
-                        return match result {
+                        return match sent {
                             Ok(mut response) => {
                                 response.extensions_mut().insert(report);
                                 Ok(response)

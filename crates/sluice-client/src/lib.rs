@@ -27,17 +27,44 @@
 //!    [`retry_503`](RetryPolicyBuilder::retry_503)) or a connection error only for idempotent
 //!    methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), since the request may have been
 //!    processed; POST and PATCH only if the caller opts in. Anything else is final.
-//! 2. **How long to wait.** A valid `Retry-After` exactly as given, no jitter added and never
-//!    shortened: delay-seconds or an HTTP-date in all three formats RFC 9110 makes recipients
-//!    accept (IMF-fixdate, RFC 850 with its two-digit-year rule, asctime); a past date means now.
-//!    Without one, `RateLimit-Reset` (draft 6) or the `t` of an exhausted policy in `RateLimit`
-//!    (current draft). A value outside the grammar (negative, fractional, garbage) is ignored.
-//!    Without any of these, exponential backoff: `min(cap, base * 2^retry)`, with full jitter
-//!    (uniform in `[0, that]`) by default, or equal jitter, or none.
+//! 2. **How long to wait.** As long as the server asked, no jitter added and never shortened,
+//!    from the first of the headers below that asks for a wait; a past time means now. Without
+//!    one, exponential backoff: `min(cap, base * 2^retry)`, with full jitter (uniform in
+//!    `[0, that]`) by default, or equal jitter, or none.
 //! 3. **When to stop.** After `max_attempts` attempts; when a wait would reach the overall
-//!    deadline (at once, without waiting, reporting the wait asked for and the time left); when
-//!    the optional [`RetryBudget`] says retries are already at their share of requests (Google
-//!    SRE's 10%); when the body cannot be sent again.
+//!    deadline (at once, without waiting, reporting the wait asked for and the time left); when a
+//!    server asks for more than [`max_server_wait`](RetryPolicyBuilder::max_server_wait) (10
+//!    minutes by default, deadline or not); when the optional [`RetryBudget`] says retries are
+//!    already at their share of requests (Google SRE's 10%); when the body cannot be sent again.
+//!
+//! ## The headers read
+//!
+//! In order of precedence. A header that is absent, malformed (it is then ignored, never an
+//! error and never a long wait) or that says quota is left hands over to the next:
+//!
+//! | header | form | the wait |
+//! |---|---|---|
+//! | `Retry-After` | delay-seconds (`120`) or an HTTP-date in any of RFC 9110's three formats (IMF-fixdate, RFC 850 with its two-digit-year rule, asctime) | the seconds, or until the date (a past date: now) |
+//! | `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10) | a structured-field List of policies, `"per-ip";r=0;t=30, "burst";r=5;t=2`, over one or more lines | the longest `t` among policies with `r=0`; none if no policy has `r=0`; a field that does not parse, or with any member lacking `r` or with a non-integer or negative `r`/`t`, is ignored whole |
+//! | `RateLimit-Reset` (draft 6) | delay-seconds | the seconds, unless `RateLimit-Remaining` is a positive integer |
+//! | `X-RateLimit-Reset` | `1*DIGIT ["." 1*DIGIT]`, its form told by magnitude: below 10^9 seconds from now; from 10^9 to below 10^11 a Unix time in seconds (GitHub); from 10^11 to below 10^14 a Unix time in milliseconds; 10^14 and above ignored | the seconds, or until the time (a past time: now), unless `X-RateLimit-Remaining` is a positive integer |
+//!
+//! `RateLimit-Remaining: 0` and `X-RateLimit-Remaining: 0` (or no Remaining at all) make the
+//! Reset beside them the wait; a positive Remaining says that limit is not why the request was
+//! refused. See [`server_delay`] and [`x_ratelimit_reset`]. GitHub's headers, for one:
+//!
+//! ```
+//! use http::{HeaderMap, HeaderValue};
+//! use sluice_client::{DelaySource, ResetForm, server_delay};
+//!
+//! let now = 1_750_000_000 * 1_000_000_000; // the injected clock, Unix nanoseconds
+//! let mut github = HeaderMap::new();
+//! github.insert("x-ratelimit-limit", HeaderValue::from_static("60"));
+//! github.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+//! github.insert("x-ratelimit-reset", HeaderValue::from_static("1750000042"));
+//! let source = DelaySource::XRateLimitReset(ResetForm::UnixSeconds);
+//! assert_eq!(server_delay(&github, now), Some((42_000_000_000, source)));
+//! ```
 //!
 //! Every final response carries a [`RetryReport`] in its extensions (attempts, 429s received,
 //! waits, why it stopped); a call that ends in an error returns a [`RetryError`] with the same
@@ -53,7 +80,7 @@
 //! ```
 //! use std::time::Duration;
 //! use http::{HeaderMap, HeaderValue, Method, StatusCode};
-//! use sluice_client::{Attempt, GiveUpReason, Outcome, RetryDecision, RetryPolicy};
+//! use sluice_client::{Attempt, GiveUpReason, AttemptResult, RetryDecision, RetryPolicy};
 //!
 //! let policy = RetryPolicy::builder().deadline(Duration::from_secs(60)).build().unwrap();
 //! let now = 1_700_000_000_000_000_000; // Unix nanoseconds
@@ -62,7 +89,7 @@
 //! let attempt = Attempt {
 //!     index: 0,
 //!     method: &Method::POST,
-//!     outcome: Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers },
+//!     result: AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers },
 //!     now,
 //!     deadline: Some(now + 60_000_000_000),
 //! };
@@ -73,7 +100,7 @@
 //! // The same 429 asking for two minutes would pass the deadline: give up now and say why.
 //! let mut later = HeaderMap::new();
 //! later.insert("retry-after", HeaderValue::from_static("120"));
-//! let attempt = Attempt { outcome: Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &later }, ..attempt };
+//! let attempt = Attempt { result: AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &later }, ..attempt };
 //! assert!(matches!(
 //!     policy.decide(&attempt, &no_jitter_needed),
 //!     RetryDecision::GiveUp(GiveUpReason::DeadlineWouldPass { .. })
@@ -89,16 +116,21 @@ mod policy;
 mod random;
 mod report;
 mod retrier;
+mod retry_after;
 mod server_hint;
+mod service_limit;
 mod sleeper;
+mod x_ratelimit;
 
-pub use budget::RetryBudget;
-pub use decision::{Attempt, DelaySource, GiveUpReason, Outcome, RetryDecision, is_idempotent};
+pub use budget::{BudgetError, RetryBudget};
+pub use decision::{Attempt, AttemptResult, DelaySource, GiveUpReason, RetryDecision, is_idempotent};
 pub use layer::{RetryFuture, RetryLayer, RetryService};
 pub use middleware::RetryMiddleware;
 pub use policy::{Jitter, PolicyError, RetryPolicy, RetryPolicyBuilder};
 pub use random::{RandomSource, SplitMix64};
 pub use report::{BoxError, RetryError, RetryReport};
 pub use retrier::{Retrier, Session};
-pub use server_hint::{RetryAfter, server_delay};
+pub use retry_after::RetryAfter;
+pub use server_hint::server_delay;
 pub use sleeper::{ManualSleeper, SleepFuture, Sleeper, TokioSleeper};
+pub use x_ratelimit::{IGNORED_FROM, ResetForm, UNIX_MILLIS_FROM, UNIX_SECONDS_FROM, x_ratelimit_reset};

@@ -7,7 +7,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::decision::{Outcome, RetryDecision};
+use crate::decision::{AttemptResult, RetryDecision};
 use crate::policy::RetryPolicy;
 use crate::report::RetryError;
 use crate::retrier::Retrier;
@@ -57,24 +57,24 @@ impl RetryMiddleware {
         let mut session = self.retrier.session(req.method());
         loop {
             let spare = req.try_clone();
-            let result = next.clone().run(req, extensions).await;
-            let outcome = match &result {
-                Ok(response) => Outcome::Response { status: response.status(), headers: response.headers() },
+            let sent = next.clone().run(req, extensions).await;
+            let produced = match &sent {
+                Ok(response) => AttemptResult::Response { status: response.status(), headers: response.headers() },
                 Err(reqwest_middleware::Error::Reqwest(e)) if e.is_connect() || e.is_timeout() || e.is_request() => {
-                    Outcome::ConnectionError
+                    AttemptResult::ConnectionError
                 }
-                Err(_) => Outcome::OtherError,
+                Err(_) => AttemptResult::OtherError,
             };
-            let decision = session.record(&outcome, spare.is_some());
+            let decision = session.record(&produced, spare.is_some());
             match (decision, spare) {
                 (RetryDecision::RetryAfter(wait), Some(again)) => {
-                    drop(result);
+                    drop(sent);
                     session.wait(wait).await;
                     req = again;
                 }
                 _ => {
                     let report = session.finish();
-                    return match result {
+                    return match sent {
                         Ok(mut response) => {
                             response.extensions_mut().insert(report);
                             Ok(response)

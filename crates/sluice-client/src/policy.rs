@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use sluice_core::{Nanos, ParamError};
+use sluice_core::Nanos;
 use thiserror::Error;
 
-use crate::budget::RetryBudget;
-use crate::decision::{Attempt, DelaySource, GiveUpReason, Outcome, RetryDecision, is_idempotent};
+use crate::budget::{BudgetError, RetryBudget};
+use crate::decision::{Attempt, AttemptResult, DelaySource, GiveUpReason, RetryDecision, is_idempotent};
 use crate::random::{RandomSource, uniform_inclusive};
 use crate::server_hint::server_delay;
 
@@ -39,16 +39,18 @@ pub enum PolicyError {
         /// The cap.
         cap: Duration,
     },
-    /// The retry budget's ratio or allowance is not usable.
-    #[error("retry budget: {0}")]
-    Budget(ParamError),
+    /// The retry budget's ratio or allowance is not usable (lets `?` carry a [`BudgetError`]
+    /// where a policy is being built).
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
 }
 
 /// When and how long to wait before sending a request again.
 ///
 /// Built with [`RetryPolicy::builder`]; [`RetryPolicy::default`] is: base 100 ms, cap 30 s, 5
 /// attempts, a 5-minute deadline, full jitter, retry 429 (any method) and connection errors
-/// (idempotent methods), follow the server's `Retry-After`/`RateLimit` headers, no budget.
+/// (idempotent methods), follow the server's `Retry-After` and rate-limit headers but accept no
+/// server wait over 10 minutes, no budget.
 ///
 /// The heart is [`RetryPolicy::decide`], a pure function of one finished attempt.
 #[derive(Debug, Clone)]
@@ -57,6 +59,9 @@ pub struct RetryPolicy {
     cap: Duration,
     max_attempts: u32,
     deadline: Option<Duration>,
+    /// Bounds what a server can make the client wait, deadline or not: the wait comes from the
+    /// server's headers, and one header's form is a guess.
+    max_server_wait: Duration,
     jitter: Jitter,
     retry_statuses: Vec<StatusCode>,
     retry_connection_errors: bool,
@@ -72,6 +77,7 @@ impl Default for RetryPolicy {
             cap: Duration::from_secs(30),
             max_attempts: 5,
             deadline: Some(Duration::from_secs(300)),
+            max_server_wait: DEFAULT_MAX_SERVER_WAIT,
             jitter: Jitter::Full,
             retry_statuses: Vec::new(),
             retry_connection_errors: true,
@@ -81,6 +87,11 @@ impl Default for RetryPolicy {
         }
     }
 }
+
+/// The longest server wait a default policy accepts. Ten minutes is the threshold that
+/// draft-ietf-httpapi-ratelimit-headers-10 (§8.5.1) gives as an example of a reset beyond which
+/// a client may act on its own instead of waiting.
+const DEFAULT_MAX_SERVER_WAIT: Duration = Duration::from_secs(600);
 
 /// Builds a [`RetryPolicy`]; starts from the defaults.
 #[derive(Debug, Clone, Default)]
@@ -96,7 +107,8 @@ impl RetryPolicyBuilder {
     }
 
     /// The largest backoff ceiling. It bounds the policy's own backoff, not a wait the server
-    /// asks for: that one is honoured as given, bounded by the deadline.
+    /// asks for: that one is honoured as given, bounded by the deadline and by
+    /// [`max_server_wait`](Self::max_server_wait).
     pub fn cap(mut self, cap: Duration) -> Self {
         self.policy.cap = cap;
         self
@@ -115,10 +127,19 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// No overall deadline: waits are bounded only by the number of attempts (and a server
-    /// asking for a year would be waited for a year).
+    /// No overall deadline: a call is bounded by the number of attempts, each backoff by the
+    /// cap and each server wait by [`max_server_wait`](Self::max_server_wait).
     pub fn no_deadline(mut self) -> Self {
         self.policy.deadline = None;
+        self
+    }
+
+    /// The longest wait a server may ask for (default 10 minutes). A longer one ends the call at
+    /// once with [`GiveUpReason::ServerWaitTooLong`]: retrying before the server's time would
+    /// only meet another refusal. A server cannot make the client sleep for a year, deadline or
+    /// not; `Duration::MAX` trusts every server.
+    pub fn max_server_wait(mut self, max: Duration) -> Self {
+        self.policy.max_server_wait = max;
         self
     }
 
@@ -157,7 +178,7 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// Whether to wait as the server's `Retry-After`/`RateLimit` headers say (default) or to
+    /// Whether to wait as the server's `Retry-After` and rate-limit headers say (default) or to
     /// ignore them and always use the backoff. Ignoring them is only useful to measure what it
     /// costs.
     pub fn follow_server(mut self, follow: bool) -> Self {
@@ -210,6 +231,11 @@ impl RetryPolicy {
         self.deadline
     }
 
+    /// The longest wait accepted from a server.
+    pub fn max_server_wait(&self) -> Duration {
+        self.max_server_wait
+    }
+
     /// True for a status retried besides 429 (503 when configured).
     pub fn retries_status(&self, status: StatusCode) -> bool {
         self.retry_statuses.contains(&status)
@@ -254,20 +280,24 @@ impl RetryPolicy {
     ///    only, unless non-idempotent retries are allowed. Anything else is
     ///    [`GiveUpReason::NotRetryable`].
     /// 2. After `max_attempts` attempts: [`GiveUpReason::AttemptsExhausted`].
-    /// 3. The wait: the server's (`Retry-After`, else `RateLimit-Reset`, else `RateLimit` `t`),
-    ///    exactly as asked (a past date is zero); without one, the jittered backoff.
+    /// 3. The wait: the server's, exactly as asked (a past time is zero), from the first of
+    ///    `Retry-After`, `RateLimit` (its longest `t` with `r=0`), `RateLimit-Reset` and
+    ///    `X-RateLimit-Reset` that asks for one (see [`server_delay`]); without one, the
+    ///    jittered backoff.
     /// 4. If the wait would reach or pass the deadline: [`GiveUpReason::DeadlineWouldPass`],
     ///    saying how long the wait was, how much time was left, and who asked for the wait.
+    /// 5. If a server's wait is longer than [`max_server_wait`](Self::max_server_wait):
+    ///    [`GiveUpReason::ServerWaitTooLong`].
     pub fn decide(&self, attempt: &Attempt<'_>, rng: &dyn RandomSource) -> RetryDecision {
-        let headers = match attempt.outcome {
-            Outcome::Response { status, headers } if status == StatusCode::TOO_MANY_REQUESTS => Some(headers),
-            Outcome::Response { status, headers } if self.retry_statuses.contains(&status) => {
+        let headers = match attempt.result {
+            AttemptResult::Response { status, headers } if status == StatusCode::TOO_MANY_REQUESTS => Some(headers),
+            AttemptResult::Response { status, headers } if self.retry_statuses.contains(&status) => {
                 if let Some(reason) = self.unsafe_to_repeat(attempt) {
                     return RetryDecision::GiveUp(reason);
                 }
                 Some(headers)
             }
-            Outcome::ConnectionError if self.retry_connection_errors => {
+            AttemptResult::ConnectionError if self.retry_connection_errors => {
                 if let Some(reason) = self.unsafe_to_repeat(attempt) {
                     return RetryDecision::GiveUp(reason);
                 }
@@ -291,7 +321,11 @@ impl RetryPolicy {
                 });
             }
         }
-        RetryDecision::RetryAfter(Duration::from_nanos(wait))
+        let wait = Duration::from_nanos(wait);
+        if source != DelaySource::Backoff && wait > self.max_server_wait {
+            return RetryDecision::GiveUp(GiveUpReason::ServerWaitTooLong { wait, max: self.max_server_wait, source });
+        }
+        RetryDecision::RetryAfter(wait)
     }
 
     fn unsafe_to_repeat(&self, attempt: &Attempt<'_>) -> Option<GiveUpReason> {
@@ -311,8 +345,8 @@ mod tests {
     /// A random source that always draws the top value.
     const TOP: fn() -> u64 = || u64::MAX;
 
-    fn attempt<'a>(index: u32, method: &'a Method, outcome: Outcome<'a>, deadline: Option<Nanos>) -> Attempt<'a> {
-        Attempt { index, method, outcome, now: NOW, deadline }
+    fn attempt<'a>(index: u32, method: &'a Method, result: AttemptResult<'a>, deadline: Option<Nanos>) -> Attempt<'a> {
+        Attempt { index, method, result, now: NOW, deadline }
     }
 
     fn with(name: &'static str, value: &str) -> HeaderMap {
@@ -321,8 +355,8 @@ mod tests {
         h
     }
 
-    fn status(code: u16, headers: &HeaderMap) -> Outcome<'_> {
-        Outcome::Response { status: StatusCode::from_u16(code).unwrap(), headers }
+    fn status(code: u16, headers: &HeaderMap) -> AttemptResult<'_> {
+        AttemptResult::Response { status: StatusCode::from_u16(code).unwrap(), headers }
     }
 
     #[test]
@@ -393,12 +427,62 @@ mod tests {
     }
 
     #[test]
+    fn a_server_cannot_make_the_client_wait_a_year() {
+        let p = RetryPolicy::builder().no_deadline().build().unwrap();
+        assert_eq!(p.max_server_wait(), Duration::from_secs(600));
+        let a_year_from_now = (NOW / NANOS_PER_SEC + 365 * 86_400).to_string();
+        for (name, value) in [
+            ("retry-after", "31536000"),
+            ("retry-after", "99999999999999999999999"),
+            ("ratelimit", "\"day\";r=0;t=31536000"),
+            ("ratelimit-reset", "31536000"),
+            ("x-ratelimit-reset", a_year_from_now.as_str()),
+            ("x-ratelimit-reset", "90000000000"),
+        ] {
+            let h = with(name, value);
+            let d = p.decide(&attempt(0, &Method::GET, status(429, &h), None), &TOP);
+            assert!(
+                matches!(d, RetryDecision::GiveUp(GiveUpReason::ServerWaitTooLong { max, .. }) if max == Duration::from_secs(600)),
+                "{name}: {value} gave {d:?}"
+            );
+        }
+        // Exactly the maximum is still waited for.
+        let h = with("retry-after", "600");
+        let d = p.decide(&attempt(0, &Method::GET, status(429, &h), None), &TOP);
+        assert_eq!(d, RetryDecision::RetryAfter(Duration::from_secs(600)));
+        // Raising the maximum trusts the server further.
+        let trusting = RetryPolicy::builder().no_deadline().max_server_wait(Duration::MAX).build().unwrap();
+        let h = with("retry-after", "31536000");
+        let d = trusting.decide(&attempt(0, &Method::GET, status(429, &h), None), &TOP);
+        assert_eq!(d, RetryDecision::RetryAfter(Duration::from_secs(31_536_000)));
+    }
+
+    #[test]
+    fn the_deadline_speaks_before_the_server_wait_maximum_and_backoff_is_not_bound_by_it() {
+        let p = RetryPolicy::builder().max_server_wait(Duration::from_secs(10)).build().unwrap();
+        let h = with("retry-after", "3600");
+        let d = p.decide(&attempt(0, &Method::GET, status(429, &h), Some(NOW + 60 * NANOS_PER_SEC)), &TOP);
+        assert!(matches!(d, RetryDecision::GiveUp(GiveUpReason::DeadlineWouldPass { .. })), "{d:?}");
+        // The backoff answers to the cap alone.
+        let slow = RetryPolicy::builder()
+            .base(Duration::from_secs(20))
+            .cap(Duration::from_secs(40))
+            .jitter(Jitter::None)
+            .max_server_wait(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let none = HeaderMap::new();
+        let d = slow.decide(&attempt(0, &Method::GET, status(429, &none), None), &TOP);
+        assert_eq!(d, RetryDecision::RetryAfter(Duration::from_secs(20)));
+    }
+
+    #[test]
     fn method_safety() {
         let p = RetryPolicy::builder().retry_503().build().unwrap();
         let h = HeaderMap::new();
         let post_503 = p.decide(&attempt(0, &Method::POST, status(503, &h), None), &TOP);
         assert_eq!(post_503, RetryDecision::GiveUp(GiveUpReason::NotIdempotent { method: Method::POST }));
-        let post_conn = p.decide(&attempt(0, &Method::POST, Outcome::ConnectionError, None), &TOP);
+        let post_conn = p.decide(&attempt(0, &Method::POST, AttemptResult::ConnectionError, None), &TOP);
         assert_eq!(post_conn, RetryDecision::GiveUp(GiveUpReason::NotIdempotent { method: Method::POST }));
         for m in [Method::POST, Method::PATCH, Method::GET] {
             let d = p.decide(&attempt(0, &m, status(429, &h), None), &TOP);
@@ -421,10 +505,10 @@ mod tests {
             let d = p.decide(&attempt(0, &Method::GET, status(code, &h), None), &TOP);
             assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable), "{code}");
         }
-        let d = p.decide(&attempt(0, &Method::GET, Outcome::OtherError, None), &TOP);
+        let d = p.decide(&attempt(0, &Method::GET, AttemptResult::OtherError, None), &TOP);
         assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable));
         let no_conn = RetryPolicy::builder().retry_connection_errors(false).build().unwrap();
-        let d = no_conn.decide(&attempt(0, &Method::GET, Outcome::ConnectionError, None), &TOP);
+        let d = no_conn.decide(&attempt(0, &Method::GET, AttemptResult::ConnectionError, None), &TOP);
         assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable));
         let gateway = RetryPolicy::builder().retry_status(StatusCode::BAD_GATEWAY).build().unwrap();
         let d = gateway.decide(&attempt(0, &Method::GET, status(502, &h), None), &TOP);

@@ -25,7 +25,7 @@ pub struct RetryReport {
     pub connection_errors: u32,
     /// Every wait between attempts, in order.
     pub waits: Vec<Duration>,
-    /// Why no further attempt was made ([`GiveUpReason::NotRetryable`] when the last outcome
+    /// Why no further attempt was made ([`GiveUpReason::NotRetryable`] when the last result
     /// was final, a success for example).
     pub stop: GiveUpReason,
 }
@@ -53,7 +53,7 @@ impl RetryReport {
     }
 
     /// True when the call stopped on a retryable failure (out of attempts, time or budget, or
-    /// not safe to repeat) rather than on a final outcome.
+    /// not safe to repeat) rather than on a final result.
     pub fn gave_up(&self) -> bool {
         self.stop.is_give_up()
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::Method;
 use sluice_core::{Clock, Nanos, SystemClock};
 
-use crate::decision::{Attempt, GiveUpReason, Outcome, RetryDecision};
+use crate::decision::{Attempt, AttemptResult, GiveUpReason, RetryDecision};
 use crate::policy::RetryPolicy;
 use crate::random::{RandomSource, SplitMix64};
 use crate::report::RetryReport;
@@ -82,7 +82,7 @@ fn nanos(d: Duration) -> Nanos {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// One call in progress: feed it each attempt's outcome, wait when told, then take the report.
+/// One call in progress: feed it what each attempt produced, wait when told, then take the report.
 #[derive(Debug)]
 pub struct Session {
     retrier: Retrier,
@@ -96,20 +96,20 @@ impl Session {
     /// Records how the latest attempt ended and decides what follows: the policy's
     /// [`decide`](RetryPolicy::decide), then, for a retry, whether the request can be sent again
     /// (`can_replay`) and whether the budget has a retry left (only then is one spent).
-    pub fn record(&mut self, outcome: &Outcome<'_>, can_replay: bool) -> RetryDecision {
+    pub fn record(&mut self, result: &AttemptResult<'_>, can_replay: bool) -> RetryDecision {
         self.report.attempts += 1;
-        match outcome {
-            Outcome::Response { status, .. } if status.as_u16() == 429 => self.report.rate_limited += 1,
-            Outcome::Response { status, .. } if self.retrier.policy.retries_status(*status) => {
+        match result {
+            AttemptResult::Response { status, .. } if status.as_u16() == 429 => self.report.rate_limited += 1,
+            AttemptResult::Response { status, .. } if self.retrier.policy.retries_status(*status) => {
                 self.report.unavailable += 1
             }
-            Outcome::ConnectionError => self.report.connection_errors += 1,
+            AttemptResult::ConnectionError => self.report.connection_errors += 1,
             _ => {}
         }
         let attempt = Attempt {
             index: self.index,
             method: &self.method,
-            outcome: *outcome,
+            result: *result,
             now: self.retrier.clock.now(),
             deadline: self.deadline,
         };
@@ -168,13 +168,13 @@ mod tests {
         let start = clock.now();
         let h = HeaderMap::new();
         let mut s = r.session(&Method::GET);
-        let limited = Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &h };
+        let limited = AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &h };
         for expected in [100u64, 200, 400] {
             let RetryDecision::RetryAfter(wait) = s.record(&limited, true) else { panic!("should retry") };
             assert_eq!(wait, Duration::from_millis(expected));
             s.wait(wait).await;
         }
-        let ok = Outcome::Response { status: StatusCode::OK, headers: &h };
+        let ok = AttemptResult::Response { status: StatusCode::OK, headers: &h };
         assert_eq!(s.record(&ok, true), RetryDecision::GiveUp(GiveUpReason::NotRetryable));
         let report = s.finish();
         assert_eq!(report.attempts, 4);
@@ -191,7 +191,7 @@ mod tests {
         let h = HeaderMap::new();
         let mut s = r.session(&Method::GET);
         clock.advance(9_950 * 1_000_000); // the first attempt took 9.95 s
-        let limited = Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &h };
+        let limited = AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &h };
         let d = s.record(&limited, true);
         assert!(
             matches!(d, RetryDecision::GiveUp(GiveUpReason::DeadlineWouldPass { left, .. }) if left == Duration::from_millis(50)),
@@ -203,7 +203,7 @@ mod tests {
     #[test]
     fn unreplayable_bodies_and_the_budget_stop_retries() {
         let h = HeaderMap::new();
-        let limited = Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &h };
+        let limited = AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &h };
         let (r, _) = retrier(RetryPolicy::builder().budget(RetryBudget::new(0.1, 1).unwrap()).build().unwrap());
         let mut s = r.session(&Method::GET);
         assert_eq!(s.record(&limited, false), RetryDecision::GiveUp(GiveUpReason::BodyNotReplayable));

@@ -1,76 +1,69 @@
-//! What a response says about when to come back: `Retry-After`, then the RateLimit headers.
+//! What a response says about when to come back: the headers read, and which one wins.
 //!
-//! Order of precedence, first valid one wins:
-//! 1. `Retry-After` (RFC 9110 §10.2.3): delay-seconds (`120`) or an HTTP-date in any of the three
-//!    formats (see [`crate::http_date`]). A date in the past means "now".
-//! 2. `RateLimit-Reset` (draft-ietf-httpapi-ratelimit-headers-06): delay-seconds until the quota
-//!    resets, unless `RateLimit-Remaining` says quota is left.
-//! 3. `RateLimit` (the current draft): a list of policies like `"default";r=0;t=30`; the largest
-//!    `t` of a policy with no quota left (`r=0`, or `r` absent) is the wait.
+//! In order of precedence. The first that asks for a wait wins; one that is absent, malformed,
+//! or says quota is left hands over to the next:
 //!
-//! A value that does not follow its grammar (negative, fractional, garbage, an impossible date)
-//! is ignored, as if the header were absent. Very large values saturate instead of overflowing.
+//! 1. `Retry-After` (RFC 9110 §10.2.3): delay-seconds (`120`) or an HTTP-date in any of the
+//!    three formats (see [`crate::http_date`]); a date in the past means "now". See
+//!    [`RetryAfter`].
+//! 2. `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10): a list of policies such as
+//!    `"per-ip";r=0;t=30, "burst";r=5;t=2`; the longest `t` among those with `r=0`. See
+//!    [`crate::service_limit`].
+//! 3. `RateLimit-Reset` (draft -06): delay-seconds until the quota resets, unless
+//!    `RateLimit-Remaining` is a positive integer.
+//! 4. `X-RateLimit-Reset` (no standard): seconds from now, a Unix time in seconds or in
+//!    milliseconds, told apart by magnitude (see [`x_ratelimit_reset`]), unless
+//!    `X-RateLimit-Remaining` is a positive integer.
+//!
+//! `Retry-After` comes first because it is the field made for exactly this question, and the
+//! draft says it takes precedence over `RateLimit`. The standards' drafts come before the
+//! conventions, the current one before the one it replaced, and the one header whose form has
+//! to be guessed comes last.
+//!
+//! A `-Remaining` of `0` (or none at all) means that the reset beside it is the wait. A positive
+//! one says that quota of that policy is left, so the 429 came from some other limit and waiting
+//! for that reset would be a guess: the next header decides, and without one, the backoff.
+//!
+//! A value that does not follow its grammar (negative, fractional where fractions are not
+//! allowed, garbage, an impossible date) is ignored, as if the header were absent. Very large
+//! values saturate instead of overflowing; the policy then refuses waits that pass its deadline
+//! or its [`max_server_wait`](crate::RetryPolicyBuilder::max_server_wait).
+//!
+//! ```
+//! use http::{HeaderMap, HeaderValue};
+//! use sluice_client::{DelaySource, server_delay};
+//!
+//! let mut headers = HeaderMap::new();
+//! headers.insert("ratelimit-remaining", HeaderValue::from_static("7"));
+//! headers.insert("ratelimit-reset", HeaderValue::from_static("60"));
+//! assert_eq!(server_delay(&headers, 0), None, "quota is left: that reset is not the reason");
+//!
+//! headers.insert("ratelimit", HeaderValue::from_static(r#""hourly";r=0;t=90"#));
+//! assert_eq!(server_delay(&headers, 0), Some((90_000_000_000, DelaySource::RateLimit)));
+//!
+//! headers.insert("retry-after", HeaderValue::from_static("5"));
+//! assert_eq!(server_delay(&headers, 0), Some((5_000_000_000, DelaySource::RetryAfterSeconds)));
+//! ```
 
 use http::HeaderMap;
 use sluice_core::{NANOS_PER_SEC, Nanos};
 
 use crate::decision::DelaySource;
-use crate::http_date::parse_http_date;
-
-/// A parsed `Retry-After` value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryAfter {
-    /// delay-seconds (saturated at `u64::MAX`).
-    Seconds(u64),
-    /// An HTTP-date, as seconds since the Unix epoch (negative before 1970).
-    Date(i64),
-}
-
-impl RetryAfter {
-    /// Parses a `Retry-After` field value. `now` (Unix nanoseconds) only places the two-digit
-    /// year of an RFC 850 date. Returns `None` for anything outside the grammar.
-    ///
-    /// ```
-    /// use sluice_client::RetryAfter;
-    /// assert_eq!(RetryAfter::parse("120", 0), Some(RetryAfter::Seconds(120)));
-    /// assert_eq!(RetryAfter::parse("Sun, 06 Nov 1994 08:49:37 GMT", 0), Some(RetryAfter::Date(784_111_777)));
-    /// assert_eq!(RetryAfter::parse("-5", 0), None);
-    /// ```
-    pub fn parse(value: &str, now: Nanos) -> Option<RetryAfter> {
-        let value = value.trim_matches([' ', '\t']);
-        if let Some(secs) = delay_seconds(value) {
-            return Some(RetryAfter::Seconds(secs));
-        }
-        let now_secs = i64::try_from(now / NANOS_PER_SEC).unwrap_or(i64::MAX);
-        parse_http_date(value, now_secs).map(RetryAfter::Date)
-    }
-
-    /// Nanoseconds to wait from `now` (Unix nanoseconds): zero for a past date, saturated at
-    /// `u64::MAX` for values too large to represent.
-    pub fn wait_from(self, now: Nanos) -> Nanos {
-        match self {
-            RetryAfter::Seconds(s) => s.saturating_mul(NANOS_PER_SEC),
-            RetryAfter::Date(unix) => {
-                let at = i128::from(unix) * i128::from(NANOS_PER_SEC);
-                let wait = (at - i128::from(now)).max(0);
-                u64::try_from(wait).unwrap_or(u64::MAX)
-            }
-        }
-    }
-}
-
-/// `1*DIGIT`, saturating at `u64::MAX`.
-fn delay_seconds(value: &str) -> Option<u64> {
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some(value.bytes().fold(0u64, |acc, b| acc.saturating_mul(10).saturating_add(u64::from(b - b'0'))))
-}
+use crate::retry_after::{RetryAfter, delay_seconds};
+use crate::service_limit::exhausted_wait;
+use crate::x_ratelimit::x_ratelimit_reset;
 
 /// The wait a response asks for, in nanoseconds from `now` (Unix nanoseconds), and which header
-/// said so. `None` when no header gives a valid one.
+/// said so. `None` when no header gives a valid one. Never panics, whatever the header bytes.
+///
+/// The first of these that asks for a wait wins: `Retry-After`; `RateLimit` (draft 10, the
+/// longest `t` among policies with `r=0`); `RateLimit-Reset` (draft 6) unless
+/// `RateLimit-Remaining` is positive; `X-RateLimit-Reset` (see [`x_ratelimit_reset`]) unless
+/// `X-RateLimit-Remaining` is positive. A header that is absent, malformed or says quota is left
+/// hands over to the next. The crate documentation has the whole table.
 pub fn server_delay(headers: &HeaderMap, now: Nanos) -> Option<(Nanos, DelaySource)> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim_matches([' ', '\t']));
+    let quota_left = |name: &str| text(name).and_then(delay_seconds).is_some_and(|left| left > 0);
     if let Some(ra) = text("retry-after").and_then(|v| RetryAfter::parse(v, now)) {
         let source = match ra {
             RetryAfter::Seconds(_) => DelaySource::RetryAfterSeconds,
@@ -78,87 +71,32 @@ pub fn server_delay(headers: &HeaderMap, now: Nanos) -> Option<(Nanos, DelaySour
         };
         return Some((ra.wait_from(now), source));
     }
-    let remaining_left = text("ratelimit-remaining").and_then(|v| delay_seconds(v.trim())).is_some_and(|r| r > 0);
-    if !remaining_left && let Some(secs) = text("ratelimit-reset").and_then(|v| delay_seconds(v.trim())) {
+    if let Some(wait) = exhausted_wait(headers) {
+        return Some((wait, DelaySource::RateLimit));
+    }
+    if !quota_left("ratelimit-remaining")
+        && let Some(secs) = text("ratelimit-reset").and_then(delay_seconds)
+    {
         return Some((secs.saturating_mul(NANOS_PER_SEC), DelaySource::RateLimitReset));
     }
-    let mut longest: Option<u64> = None;
-    for value in headers.get_all("ratelimit").iter().filter_map(|v| v.to_str().ok()) {
-        for member in split_outside_quotes(value, b',') {
-            if let Some(t) = exhausted_policy_reset(member) {
-                longest = Some(longest.map_or(t, |l| l.max(t)));
-            }
-        }
+    if !quota_left("x-ratelimit-remaining")
+        && let Some((wait, form)) = text("x-ratelimit-reset").and_then(|v| x_ratelimit_reset(v, now))
+    {
+        return Some((wait, DelaySource::XRateLimitReset(form)));
     }
-    longest.map(|t| (t.saturating_mul(NANOS_PER_SEC), DelaySource::RateLimit))
-}
-
-/// From one member of a `RateLimit` list (`"name";r=0;t=30`): its `t` when the policy has no
-/// quota left. A member whose `r` or `t` is not a non-negative integer is skipped.
-fn exhausted_policy_reset(member: &str) -> Option<u64> {
-    let mut parts = split_outside_quotes(member, b';');
-    let name = parts.next()?.trim();
-    if name.is_empty() {
-        return None;
-    }
-    let (mut r, mut t) = (None, None);
-    for param in parts {
-        let (key, value) = param.split_once('=').unwrap_or((param, ""));
-        // Structured fields: a later parameter of the same name replaces an earlier one.
-        match key.trim() {
-            "r" => r = Some(sf_non_negative_integer(value)?),
-            "t" => t = Some(sf_non_negative_integer(value)?),
-            _ => {}
-        }
-    }
-    match r {
-        Some(left) if left > 0 => None,
-        _ => t,
-    }
-}
-
-/// A structured-field integer (at most 15 digits) that is not negative.
-fn sf_non_negative_integer(value: &str) -> Option<u64> {
-    let value = value.trim();
-    if value.len() > 15 {
-        return None;
-    }
-    delay_seconds(value)
-}
-
-/// Splits `s` on `sep` where it is not inside a quoted string (`"..."` with `\` escapes).
-fn split_outside_quotes(s: &str, sep: u8) -> impl Iterator<Item = &str> {
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    let mut in_quotes = false;
-    let mut escaped = false;
-    let mut cuts = Vec::new();
-    for (i, &b) in bytes.iter().enumerate() {
-        if in_quotes {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_quotes = false,
-                _ => {}
-            }
-        } else if b == b'"' {
-            in_quotes = true;
-        } else if b == sep {
-            cuts.push(&s[start..i]);
-            start = i + 1;
-        }
-    }
-    cuts.push(&s[start..]);
-    cuts.into_iter()
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::x_ratelimit::ResetForm;
     use http::HeaderValue;
 
-    /// 2025-06-15T12:00:00Z in nanoseconds.
-    const NOW: Nanos = 1_749_988_800 * NANOS_PER_SEC;
+    /// 2025-06-15T12:00:00Z.
+    const NOW_S: u64 = 1_749_988_800;
+    const NOW: Nanos = NOW_S * NANOS_PER_SEC;
+    const S: u64 = NANOS_PER_SEC;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -168,72 +106,96 @@ mod tests {
         h
     }
 
+    fn delay(pairs: &[(&'static str, &str)]) -> Option<(Nanos, DelaySource)> {
+        server_delay(&headers(pairs), NOW)
+    }
+
+    const GITHUB_RESET: DelaySource = DelaySource::XRateLimitReset(ResetForm::UnixSeconds);
+
     #[test]
-    fn delay_seconds_and_dates() {
-        assert_eq!(RetryAfter::parse("0", NOW), Some(RetryAfter::Seconds(0)));
-        assert_eq!(RetryAfter::parse(" 007 ", NOW), Some(RetryAfter::Seconds(7)));
+    fn retry_after_wins_over_every_ratelimit_header() {
+        let all = [
+            ("retry-after", "3"),
+            ("ratelimit", "\"p\";r=0;t=50"),
+            ("ratelimit-reset", "40"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1749988860"),
+        ];
+        assert_eq!(delay(&all), Some((3 * S, DelaySource::RetryAfterSeconds)));
+        let h = [("retry-after", "Sun, 15 Jun 2025 12:00:04 GMT"), ("ratelimit-reset", "40")];
+        assert_eq!(delay(&h), Some((4 * S, DelaySource::RetryAfterDate)));
+        // Even a Retry-After of zero: the server said "now".
         assert_eq!(
-            RetryAfter::parse("99999999999999999999999999", NOW),
-            Some(RetryAfter::Seconds(u64::MAX)),
-            "huge values saturate"
+            delay(&[("retry-after", "0"), ("ratelimit", "\"p\";r=0;t=50")]),
+            Some((0, DelaySource::RetryAfterSeconds))
         );
-        assert_eq!(RetryAfter::Seconds(u64::MAX).wait_from(NOW), u64::MAX);
-        for bad in ["-5", "+5", "1.5", "5s", "", "soon", "0x10", "1 2"] {
-            assert_eq!(RetryAfter::parse(bad, NOW), None, "{bad:?}");
-        }
-        let in_90s = RetryAfter::parse("Sun, 15 Jun 2025 12:01:30 GMT", NOW).unwrap();
-        assert_eq!(in_90s.wait_from(NOW), 90 * NANOS_PER_SEC);
-        // A date in the past means now.
-        let past = RetryAfter::parse("Sun, 06 Nov 1994 08:49:37 GMT", NOW).unwrap();
-        assert_eq!(past.wait_from(NOW), 0);
-        // Sub-second `now`: the wait is to the exact second named.
-        assert_eq!(in_90s.wait_from(NOW + 250_000_000), 89_750_000_000);
-        // A date far beyond what nanoseconds hold saturates.
-        let far = RetryAfter::parse("Fri, 31 Dec 9999 23:59:59 GMT", NOW).unwrap();
-        assert_eq!(far.wait_from(NOW), u64::MAX);
     }
 
     #[test]
-    fn retry_after_wins_over_ratelimit_headers() {
-        let h = headers(&[("retry-after", "3"), ("ratelimit-reset", "40"), ("ratelimit", "\"p\";r=0;t=50")]);
-        assert_eq!(server_delay(&h, NOW), Some((3 * NANOS_PER_SEC, DelaySource::RetryAfterSeconds)));
-        let h = headers(&[("retry-after", "Sun, 15 Jun 2025 12:00:04 GMT"), ("ratelimit-reset", "40")]);
-        assert_eq!(server_delay(&h, NOW), Some((4 * NANOS_PER_SEC, DelaySource::RetryAfterDate)));
+    fn then_the_current_draft_then_draft_6_then_x_ratelimit() {
+        let list = ("ratelimit", "\"p\";r=0;t=50");
+        let draft6 = ("ratelimit-reset", "40");
+        let x = ("x-ratelimit-reset", "1749988830");
+        assert_eq!(delay(&[x, draft6, list]), Some((50 * S, DelaySource::RateLimit)));
+        assert_eq!(delay(&[x, draft6]), Some((40 * S, DelaySource::RateLimitReset)));
+        assert_eq!(delay(&[x]), Some((30 * S, GITHUB_RESET)));
     }
 
     #[test]
-    fn malformed_retry_after_falls_back_to_ratelimit_headers() {
-        let h = headers(&[("retry-after", "later"), ("ratelimit-reset", "40")]);
-        assert_eq!(server_delay(&h, NOW), Some((40 * NANOS_PER_SEC, DelaySource::RateLimitReset)));
-        let h = headers(&[("retry-after", "-1")]);
-        assert_eq!(server_delay(&h, NOW), None);
+    fn a_header_that_asks_for_no_wait_hands_over_to_the_next() {
+        // The list names no exhausted policy: the older headers decide.
+        let h = [("ratelimit", "\"p\";r=3;t=50"), ("ratelimit-reset", "40")];
+        assert_eq!(delay(&h), Some((40 * S, DelaySource::RateLimitReset)));
+        // A malformed list likewise.
+        let h = [("ratelimit", "\"p\";r=0;t=-50"), ("x-ratelimit-reset", "7")];
+        assert_eq!(delay(&h), Some((7 * S, DelaySource::XRateLimitReset(ResetForm::DeltaSeconds))));
+        // A malformed Retry-After.
+        let h = [("retry-after", "later"), ("ratelimit-reset", "40")];
+        assert_eq!(delay(&h), Some((40 * S, DelaySource::RateLimitReset)));
+        assert_eq!(delay(&[("retry-after", "-1")]), None);
     }
 
     #[test]
-    fn draft6_reset_unless_quota_remains() {
-        let h = headers(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "12")]);
-        assert_eq!(server_delay(&h, NOW), Some((12 * NANOS_PER_SEC, DelaySource::RateLimitReset)));
-        let h = headers(&[("ratelimit-remaining", "3"), ("ratelimit-reset", "12")]);
-        assert_eq!(server_delay(&h, NOW), None);
-        let h = headers(&[("ratelimit-reset", "-12")]);
-        assert_eq!(server_delay(&h, NOW), None);
+    fn remaining_zero_means_wait_for_the_reset_and_quota_left_means_it_is_not_the_reason() {
+        // draft 6
+        assert_eq!(
+            delay(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "12")]),
+            Some((12 * S, DelaySource::RateLimitReset))
+        );
+        assert_eq!(delay(&[("ratelimit-reset", "12")]), Some((12 * S, DelaySource::RateLimitReset)));
+        assert_eq!(delay(&[("ratelimit-remaining", "3"), ("ratelimit-reset", "12")]), None);
+        assert_eq!(delay(&[("ratelimit-reset", "-12")]), None);
+        // X-RateLimit, as GitHub sends it.
+        let reset = ("x-ratelimit-reset", "1749988812");
+        assert_eq!(delay(&[("x-ratelimit-remaining", "0"), reset]), Some((12 * S, GITHUB_RESET)));
+        assert_eq!(delay(&[reset]), Some((12 * S, GITHUB_RESET)));
+        assert_eq!(delay(&[("x-ratelimit-remaining", "4999"), reset]), None);
+        // A Remaining that is not a count does not say quota is left.
+        assert_eq!(delay(&[("x-ratelimit-remaining", "lots"), reset]), Some((12 * S, GITHUB_RESET)));
+        // Each family's Remaining speaks for its own Reset only.
+        let h = [
+            ("ratelimit-remaining", "3"),
+            ("ratelimit-reset", "12"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "9"),
+        ];
+        assert_eq!(delay(&h), Some((9 * S, DelaySource::XRateLimitReset(ResetForm::DeltaSeconds))));
+        // Remaining 0 with no reset anywhere: nothing to go on.
+        assert_eq!(delay(&[("x-ratelimit-remaining", "0"), ("ratelimit-remaining", "0")]), None);
     }
 
     #[test]
-    fn current_draft_takes_the_longest_reset_of_an_exhausted_policy() {
-        let h = headers(&[("ratelimit", "\"default\";r=0;t=30")]);
-        assert_eq!(server_delay(&h, NOW), Some((30 * NANOS_PER_SEC, DelaySource::RateLimit)));
-        let h = headers(&[("ratelimit", "\"burst\";r=5;t=1, \"day\";r=0;t=3600, \"hour\";r=0;t=60")]);
-        assert_eq!(server_delay(&h, NOW), Some((3600 * NANOS_PER_SEC, DelaySource::RateLimit)));
-        // Two field lines form one list.
-        let h = headers(&[("ratelimit", "\"a\";r=0;t=5"), ("ratelimit", "\"b\";r=0;t=9")]);
-        assert_eq!(server_delay(&h, NOW), Some((9 * NANOS_PER_SEC, DelaySource::RateLimit)));
-        // Quoted names may hold the separators.
-        let h = headers(&[("ratelimit", "\"a;b,c\\\"d\";r=0;t=7")]);
-        assert_eq!(server_delay(&h, NOW), Some((7 * NANOS_PER_SEC, DelaySource::RateLimit)));
-        // Quota left, no t, negative or oversized t: nothing to go on.
-        for v in ["\"p\";r=1;t=30", "\"p\";r=0", "\"p\";r=0;t=-3", "\"p\";r=0;t=1234567890123456", ";r=0;t=3"] {
-            assert_eq!(server_delay(&headers(&[("ratelimit", v)]), NOW), None, "{v}");
-        }
+    fn every_x_ratelimit_reset_form_arrives_with_its_source() {
+        assert_eq!(
+            delay(&[("x-ratelimit-reset", "2.5")]),
+            Some((2 * S + S / 2, DelaySource::XRateLimitReset(ResetForm::DeltaSeconds)))
+        );
+        let ms = ((NOW_S + 2) * 1000).to_string();
+        assert_eq!(
+            delay(&[("x-ratelimit-reset", &ms)]),
+            Some((2 * S, DelaySource::XRateLimitReset(ResetForm::UnixMillis)))
+        );
+        assert_eq!(delay(&[("x-ratelimit-reset", "1600000000")]), Some((0, GITHUB_RESET)), "a past reset means now");
+        assert_eq!(delay(&[("x-ratelimit-reset", "soon")]), None);
     }
 }

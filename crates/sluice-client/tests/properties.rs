@@ -8,8 +8,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use proptest::prelude::*;
 use sluice_client::{
-    Attempt, GiveUpReason, Jitter, ManualSleeper, Outcome, Retrier, RetryAfter, RetryBudget, RetryDecision,
-    RetryPolicy, SplitMix64,
+    Attempt, AttemptResult, DelaySource, GiveUpReason, Jitter, ManualSleeper, ResetForm, Retrier, RetryAfter,
+    RetryBudget, RetryDecision, RetryPolicy, SplitMix64, server_delay, x_ratelimit_reset,
 };
 use sluice_core::{Clock, ManualClock, NANOS_PER_SEC};
 use support::three_formats;
@@ -28,8 +28,8 @@ fn policy(base_ms: u64, extra_cap_ms: u64, jitter: Jitter) -> RetryPolicy {
         .unwrap()
 }
 
-fn limited(headers: &HeaderMap) -> Outcome<'_> {
-    Outcome::Response { status: StatusCode::TOO_MANY_REQUESTS, headers }
+fn limited(headers: &HeaderMap) -> AttemptResult<'_> {
+    AttemptResult::Response { status: StatusCode::TOO_MANY_REQUESTS, headers }
 }
 
 proptest! {
@@ -42,7 +42,7 @@ proptest! {
         let cap = (base_ms + extra_cap_ms) as u128 * 1_000_000;
         let ceiling = if index >= 64 { cap } else { ((base_ms as u128 * 1_000_000) << index).min(cap) };
         let headers = HeaderMap::new();
-        let attempt = Attempt { index, method: &Method::GET, outcome: limited(&headers), now: NOW, deadline: None };
+        let attempt = Attempt { index, method: &Method::GET, result: limited(&headers), now: NOW, deadline: None };
         let RetryDecision::RetryAfter(wait) = p.decide(&attempt, &rng) else { panic!("a 429 with no deadline is retried") };
         prop_assert!(wait.as_nanos() <= ceiling, "{wait:?} > {ceiling}");
         prop_assert_eq!(p.backoff_ceiling(index) as u128, ceiling);
@@ -163,6 +163,140 @@ proptest! {
         let unix = (NOW / NANOS_PER_SEC) as i64 + offset;
         let [_, rfc850, _] = three_formats(unix as u64);
         prop_assert_eq!(RetryAfter::parse(&rfc850, NOW), Some(RetryAfter::Date(unix)), "{}", rfc850);
+    }
+}
+
+/// Every header the policy reads a wait from.
+const HINT_HEADERS: [&str; 6] = [
+    "retry-after",
+    "ratelimit",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+];
+
+/// Field values: any bytes at all, numbers of every size, and structured-field debris.
+fn field_bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..48),
+        "[0-9]{0,16}(\\.[0-9]{0,12})?".prop_map(String::into_bytes),
+        "[-0-9a-z\"(),;=.:*?@ \t]{0,48}".prop_map(String::into_bytes),
+        "(\"[a-z]{0,4}\";r=[0-9-]{0,3}(;t=[0-9.-]{0,17})?,? ?){0,4}".prop_map(String::into_bytes),
+    ]
+}
+
+/// For each hint header, zero to two field lines; values that `http` refuses are left out.
+fn hint_headers() -> impl Strategy<Value = HeaderMap> {
+    proptest::collection::vec((0..HINT_HEADERS.len(), field_bytes()), 0..8).prop_map(|lines| {
+        let mut headers = HeaderMap::new();
+        for (name, bytes) in lines {
+            if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+                headers.append(HINT_HEADERS[name], value);
+            }
+        }
+        headers
+    })
+}
+
+/// `n` nanoseconds as `u64`, saturating.
+fn saturate(n: u128) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+proptest! {
+    /// Whatever bytes a server sends: no panic, no retry later than the policy allows (the
+    /// server-wait maximum for a server's wait, the cap for the backoff, always before the
+    /// deadline), and a server's wait is either followed exactly or refused.
+    #[test]
+    fn no_header_bytes_make_a_panic_or_a_wait_above_the_caps(
+        headers in hint_headers(),
+        now in prop_oneof![0u64..1_000 * NANOS_PER_SEC, NOW - 86_400 * NANOS_PER_SEC..NOW + 86_400 * NANOS_PER_SEC],
+        max_server_s in 0u64..3_600,
+        cap_ms in 0u64..60_000,
+        deadline_s in proptest::option::of(1u64..600),
+        seed: u64,
+    ) {
+        let (max_server_wait, cap) = (Duration::from_secs(max_server_s), Duration::from_millis(cap_ms));
+        let builder = RetryPolicy::builder().base(cap / 2).cap(cap).max_attempts(u32::MAX).max_server_wait(max_server_wait);
+        let policy = match deadline_s {
+            Some(s) => builder.deadline(Duration::from_secs(s)),
+            None => builder.no_deadline(),
+        }.build().unwrap();
+        let deadline = deadline_s.map(|s| now + s * NANOS_PER_SEC);
+        let attempt = Attempt { index: 3, method: &Method::GET, result: limited(&headers), now, deadline };
+        let hint = server_delay(&headers, now);
+        match (policy.decide(&attempt, &SplitMix64::seeded(seed)), hint) {
+            (RetryDecision::RetryAfter(wait), Some((asked, source))) => {
+                prop_assert_eq!(wait.as_nanos(), u128::from(asked), "{:?} is followed exactly", source);
+                prop_assert!(wait <= max_server_wait, "{:?} > {:?} from {:?}", wait, max_server_wait, source);
+                prop_assert!(deadline.is_none_or(|d| now + asked < d));
+            }
+            (RetryDecision::RetryAfter(wait), None) => {
+                prop_assert!(wait <= cap, "backoff {:?} > cap {:?}", wait, cap);
+                prop_assert!(deadline.is_none_or(|d| now + (wait.as_nanos() as u64) < d));
+            }
+            (RetryDecision::GiveUp(GiveUpReason::ServerWaitTooLong { wait, max, source }), Some((asked, hinted))) => {
+                prop_assert_eq!((wait.as_nanos(), max, source), (u128::from(asked), max_server_wait, hinted));
+                prop_assert!(wait > max_server_wait);
+            }
+            (RetryDecision::GiveUp(GiveUpReason::DeadlineWouldPass { .. }), _) => prop_assert!(deadline.is_some()),
+            (other, hint) => prop_assert!(false, "{:?} for hint {:?}", other, hint),
+        }
+    }
+
+    /// A RateLimit list (draft 10), split over field lines at random: the wait is the longest `t`
+    /// among the policies with `r=0`, and none if no such policy has a `t`.
+    #[test]
+    fn ratelimit_lists_wait_for_the_longest_exhausted_reset(
+        policies in proptest::collection::vec((0u64..3, proptest::option::of(0u64..1_000_000), any::<bool>()), 1..6),
+        cuts in proptest::collection::vec(any::<bool>(), 6),
+    ) {
+        let mut headers = HeaderMap::new();
+        let mut line = Vec::new();
+        for (i, (r, t, pk)) in policies.iter().enumerate() {
+            let mut item = format!("\"policy-{i}\";r={r}");
+            if let Some(t) = t {
+                item += &format!(";t={t}");
+            }
+            if *pk {
+                item += ";pk=:cGFydGl0aW9u:";
+            }
+            line.push(item);
+            if cuts[i] || i + 1 == policies.len() {
+                headers.append("ratelimit", HeaderValue::from_str(&line.join(", ")).unwrap());
+                line.clear();
+            }
+        }
+        let longest = policies.iter().filter(|(r, _, _)| *r == 0).filter_map(|(_, t, _)| *t).max();
+        prop_assert_eq!(server_delay(&headers, NOW), longest.map(|t| (t * NANOS_PER_SEC, DelaySource::RateLimit)));
+    }
+
+    /// X-RateLimit-Reset: each magnitude is read in its form, to the nanosecond.
+    #[test]
+    fn x_ratelimit_reset_reads_each_form_exactly(
+        delta in 0u64..1_000_000_000,
+        fraction in "[0-9]{0,9}",
+        unix_s in 1_000_000_000u64..100_000_000_000,
+        unix_ms in 100_000_000_000u64..100_000_000_000_000,
+        now in 0u64..u64::MAX,
+    ) {
+        let billionths: u64 = format!("{fraction:0<9}").parse().unwrap();
+        let dotted = if fraction.is_empty() { String::new() } else { format!(".{fraction}") };
+        prop_assert_eq!(
+            x_ratelimit_reset(&format!("{delta}{dotted}"), now),
+            Some((delta * NANOS_PER_SEC + billionths, ResetForm::DeltaSeconds))
+        );
+        let at = u128::from(unix_s) * u128::from(NANOS_PER_SEC) + u128::from(billionths);
+        prop_assert_eq!(
+            x_ratelimit_reset(&format!("{unix_s}{dotted}"), now),
+            Some((saturate(at.saturating_sub(u128::from(now))), ResetForm::UnixSeconds))
+        );
+        let at = u128::from(unix_ms) * 1_000_000 + u128::from(billionths).div_ceil(1_000);
+        prop_assert_eq!(
+            x_ratelimit_reset(&format!("{unix_ms}{dotted}"), now),
+            Some((saturate(at.saturating_sub(u128::from(now))), ResetForm::UnixMillis))
+        );
     }
 }
 

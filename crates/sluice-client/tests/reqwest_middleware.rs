@@ -5,44 +5,14 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use reqwest_middleware::ClientBuilder;
 use sluice_client::{
     DelaySource, GiveUpReason, ManualSleeper, Retrier, RetryBudget, RetryError, RetryMiddleware, RetryPolicy,
-    RetryReport, SplitMix64,
+    SplitMix64,
 };
 use sluice_core::{Algorithm, Clock, ManualClock, NANOS_PER_SEC, TokenBucket};
+use support::client::{START_SECS, harness, harness_on, plain_client, report};
 use support::{Reply, TestServer, closed_port_url, three_formats};
-
-/// 2025-06-15T12:00:00Z
-const START_SECS: u64 = 1_749_988_800;
-
-struct Harness {
-    client: ClientWithMiddleware,
-    clock: Arc<ManualClock>,
-    sleeper: Arc<ManualSleeper>,
-}
-
-fn harness(policy: RetryPolicy) -> Harness {
-    let clock = Arc::new(ManualClock::new(START_SECS * NANOS_PER_SEC));
-    harness_on(policy, clock)
-}
-
-fn harness_on(policy: RetryPolicy, clock: Arc<ManualClock>) -> Harness {
-    let sleeper = Arc::new(ManualSleeper::new(clock.clone()));
-    let retrier =
-        Retrier::new(policy).with_clock(clock.clone()).with_random(Arc::new(|| u64::MAX)).with_sleeper(sleeper.clone());
-    let client = ClientBuilder::new(plain_client()).with(RetryMiddleware::from(retrier)).build();
-    Harness { client, clock, sleeper }
-}
-
-/// A reqwest client that ignores proxy settings in the environment: the server is local.
-fn plain_client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().expect("a plain HTTP client")
-}
-
-fn report(response: &reqwest::Response) -> RetryReport {
-    response.extensions().get::<RetryReport>().expect("the final response carries a RetryReport").clone()
-}
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)

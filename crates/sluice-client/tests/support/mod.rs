@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod client;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -38,6 +40,11 @@ impl Reply {
 
     pub fn limited(header: &'static str, value: impl Into<String>) -> Self {
         Reply { status: 429, headers: vec![(header, value.into())] }
+    }
+
+    /// A 429 with several headers.
+    pub fn limited_with(headers: &[(&'static str, String)]) -> Self {
+        Reply { status: 429, headers: headers.to_vec() }
     }
 }
 
