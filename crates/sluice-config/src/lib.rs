@@ -27,11 +27,13 @@ mod duration;
 mod error;
 mod model;
 mod raw;
+mod secret;
 mod validate;
 
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use model::*;
+pub use secret::{REDACTED, Secret, SecretUrl};
 pub use validate::DEFAULT_LISTEN;
 
 /// Parses and validates configuration text; `file` names it in errors.

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use ipnet::IpNet;
 use sluice_core::{Nanos, Policy};
 
+use crate::secret::{Secret, SecretUrl};
+
 /// A whole, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -23,6 +25,8 @@ pub struct Config {
     pub admin: Option<Admin>,
     /// Decision log sampling.
     pub decision_log: DecisionLog,
+    /// Who may ask `POST /v1/check`, and for how much.
+    pub decision_api: DecisionApi,
 }
 
 /// `[server]`
@@ -48,10 +52,25 @@ pub struct Server {
     pub user_header: Option<String>,
     /// Most bytes of a body read to find a `json:` key part.
     pub max_body_bytes: usize,
-    /// Secret keying the key hash; instances sharing a store must share it.
-    pub key_secret: Option<String>,
-    /// Serve `POST /v1/check`; `None`: only when there is no upstream (a decision service).
-    pub decision_api: Option<bool>,
+    /// Secret keying the key hash; instances sharing a store must share it (required with a
+    /// shared store). From `key_secret`, `key_secret_file` or the variable `key_secret_env` names.
+    pub key_secret: Option<Secret>,
+}
+
+/// `[decision_api]` (and `server.decision_api`): the decision service `POST /v1/check`.
+///
+/// Anyone who can call it can spend any key's quota, so it answers only peers in `allow`
+/// (loopback by default) or requests bearing `token`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionApi {
+    /// Serve it (`server.decision_api`); `None`: only when there is no upstream.
+    pub enabled: Option<bool>,
+    /// Peers that may call it without a token.
+    pub allow: Vec<IpNet>,
+    /// A bearer token that admits a caller from anywhere (`Authorization: Bearer TOKEN`).
+    pub token: Option<Secret>,
+    /// The largest cost one check may ask; `None`: the policy's limit.
+    pub max_cost: Option<u64>,
 }
 
 /// Which forwarding header the trusted proxies write (`server.forwarded_header`).
@@ -333,8 +352,8 @@ pub enum StoreConfig {
     },
     /// Redis or Redis Cluster.
     Redis {
-        /// Server URLs (one unless `cluster`).
-        urls: Vec<String>,
+        /// Server URLs (one unless `cluster`); they may carry a password.
+        urls: Vec<SecretUrl>,
         /// Redis Cluster mode.
         cluster: bool,
         /// What to do when Redis fails.

@@ -14,6 +14,7 @@ pub(crate) struct RawConfig {
     pub route: Vec<Spanned<RawRoute>>,
     pub store: Option<Spanned<RawStore>>,
     pub admin: Option<Spanned<RawAdmin>>,
+    pub decision_api: Option<Spanned<RawDecisionApi>>,
     pub decision_log: Option<Spanned<RawDecisionLog>>,
 }
 
@@ -32,6 +33,8 @@ pub(crate) struct RawServer {
     pub user_header: Option<String>,
     pub max_body_bytes: Option<usize>,
     pub key_secret: Option<String>,
+    pub key_secret_file: Option<String>,
+    pub key_secret_env: Option<String>,
     pub decision_api: Option<bool>,
 }
 
@@ -98,6 +101,16 @@ pub(crate) struct RawStore {
     pub max_keys: Option<usize>,
     pub when_full: Option<String>,
     pub shards: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDecisionApi {
+    pub allow: Option<Vec<String>>,
+    pub token: Option<String>,
+    pub token_file: Option<String>,
+    pub token_env: Option<String>,
+    pub max_cost: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,6 +14,7 @@ use crate::error::{ConfigError, Source};
 use crate::model::normalize_path;
 use crate::model::*;
 use crate::raw::*;
+use crate::secret::{Secret, SecretUrl};
 
 /// The largest sliding-log limit: its state holds one timestamp per admitted unit of cost.
 pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
@@ -22,7 +23,7 @@ pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 
 pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, ConfigError> {
-    let server = server(src, raw.server)?;
+    let (server, decision_api_switch) = server(src, raw.server)?;
     let upstream = raw.upstream.map(|u| upstream(src, u)).transpose()?;
     let mut policies = Vec::with_capacity(raw.policy.len());
     let mut by_name = HashMap::new();
@@ -48,7 +49,19 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
             route(src, i, &span, r.into_inner(), &by_name, &policies, &server)
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let store_span = raw.store.as_ref().map(|s| s.span());
     let store = store(src, raw.store)?;
+    if matches!(store, StoreConfig::Redis { .. }) && server.key_secret.is_none() {
+        let span = store_span.unwrap_or(0..0);
+        return Err(src.error(
+            Some(src.field_line(&span, "kind")),
+            "server.key_secret",
+            "a Redis store is shared by every instance that uses it: set server.key_secret (or key_secret_file, or \
+             key_secret_env naming a variable) to the same long random secret on each, or they hash one client to \
+             different keys and each instance grants the full limit",
+        ));
+    }
+    let decision_api = decision_api(src, raw.decision_api, decision_api_switch)?;
     let admin = raw
         .admin
         .map(|a| {
@@ -58,7 +71,7 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         })
         .transpose()?;
     let decision_log = decision_log(src, raw.decision_log)?;
-    Ok(Config { server, upstream, policies, routes, store, admin, decision_log })
+    Ok(Config { server, upstream, policies, routes, store, admin, decision_log, decision_api })
 }
 
 fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -71,7 +84,42 @@ fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str
     })
 }
 
-fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<Server, ConfigError> {
+/// A secret given inline as `{base}`, in a file `{base}_file` (relative to the config file's
+/// folder; one trailing newline dropped), or in the environment variable `{base}_env` names: at
+/// most one of the three.
+fn secret(
+    src: &Source<'_>,
+    span: &Range<usize>,
+    table: &str,
+    base: &str,
+    (inline, file, env): (Option<String>, Option<String>, Option<String>),
+) -> Result<Option<Secret>, ConfigError> {
+    let field = |suffix: &str| format!("{base}{suffix}");
+    let err = |f: String, msg: String| src.error(Some(src.field_line(span, &f)), format!("{table}.{f}"), msg);
+    let given = [inline.is_some(), file.is_some(), env.is_some()].iter().filter(|&&g| g).count();
+    if given > 1 {
+        return Err(err(field(""), format!("give one of `{base}`, `{base}_file` and `{base}_env`, not several")));
+    }
+    let value = match (inline, file, env) {
+        (Some(v), _, _) => v,
+        (_, Some(path), _) => {
+            let dir = std::path::Path::new(src.file).parent().unwrap_or(std::path::Path::new(""));
+            let full = dir.join(&path);
+            let text = std::fs::read_to_string(&full)
+                .map_err(|e| err(field("_file"), format!("cannot read `{}`: {e}", full.display())))?;
+            text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string()
+        }
+        (_, _, Some(var)) => std::env::var(&var)
+            .map_err(|_| err(field("_env"), format!("the environment variable `{var}` is not set (or not text)")))?,
+        (None, None, None) => return Ok(None),
+    };
+    if value.len() < 16 {
+        return Err(err(field(""), "must be at least 16 characters (use a long random string)".into()));
+    }
+    Ok(Some(Secret::new(value)))
+}
+
+fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Server, Option<bool>), ConfigError> {
     let (span, s) = match raw {
         Some(s) => (s.span(), s.into_inner()),
         None => (0..0, RawServer::default()),
@@ -124,12 +172,8 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<Ser
     }
     let user_header = s.user_header.map(|h| h.to_ascii_lowercase());
     let max_body_bytes = s.max_body_bytes.unwrap_or(64 * 1024);
-    if let Some(secret) = &s.key_secret
-        && secret.len() < 16
-    {
-        return Err(err("key_secret", "must be at least 16 characters (use a long random string)".into()));
-    }
-    Ok(Server {
+    let key_secret = secret(src, &span, "server", "key_secret", (s.key_secret, s.key_secret_file, s.key_secret_env))?;
+    let server = Server {
         listen,
         trusted_proxies,
         forwarded_header,
@@ -140,9 +184,39 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<Ser
         max_in_flight,
         user_header,
         max_body_bytes,
-        key_secret: s.key_secret,
-        decision_api: s.decision_api,
-    })
+        key_secret,
+    };
+    Ok((server, s.decision_api))
+}
+
+fn decision_api(
+    src: &Source<'_>,
+    raw: Option<toml::Spanned<RawDecisionApi>>,
+    enabled: Option<bool>,
+) -> Result<DecisionApi, ConfigError> {
+    let (span, d) = match raw {
+        Some(d) => (d.span(), d.into_inner()),
+        None => (0..0, RawDecisionApi::default()),
+    };
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("decision_api.{field}"), msg);
+    let allow = match d.allow {
+        None => vec!["127.0.0.0/8".parse().expect("a CIDR"), "::1/128".parse().expect("a CIDR")],
+        Some(list) => list
+            .iter()
+            .map(|p| {
+                p.parse::<IpNet>()
+                    .or_else(|_| p.parse::<std::net::IpAddr>().map(IpNet::from))
+                    .map(|n| n.trunc())
+                    .map_err(|_| err("allow", format!("`{p}` is not an address or CIDR block like `10.0.0.0/8`")))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let token = secret(src, &span, "decision_api", "token", (d.token, d.token_file, d.token_env))?;
+    if d.max_cost == Some(0) {
+        return Err(err("max_cost", "must be at least 1".into()));
+    }
+    Ok(DecisionApi { enabled, allow, token, max_cost: d.max_cost })
 }
 
 fn upstream(src: &Source<'_>, raw: toml::Spanned<RawUpstream>) -> Result<Upstream, ConfigError> {
@@ -316,6 +390,9 @@ fn route(
         return Err(err("methods", format!("`{bad}` is not an HTTP method")));
     }
     let route_cost = r.cost.unwrap_or(1);
+    if route_cost == 0 {
+        return Err(err("cost", "must be at least 1: a request that costs nothing is never limited".into()));
+    }
     let mut limits = Vec::with_capacity(r.limits.len());
     for (j, l) in r.limits.into_iter().enumerate() {
         let lerr =
@@ -333,6 +410,9 @@ fn route(
             return Err(lerr("key part `user` needs `server.user_header`".into()));
         }
         let cost = l.cost.unwrap_or(route_cost);
+        if cost == 0 {
+            return Err(lerr("cost must be at least 1: a request that costs nothing is never limited".into()));
+        }
         let limit = configured[policy].policy.limit();
         if cost > limit {
             return Err(lerr(format!(
@@ -419,14 +499,29 @@ fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<Store
                 (None, _) => return Err(err("url", "kind = \"redis\" needs `url` (or `urls` for a cluster)".into())),
                 (Some(_), Some(_)) => return Err(err("urls", "give `url` or `urls`, not both".into())),
             };
-            if let Some(bad) = urls.iter().find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://"))) {
+            let urls: Vec<SecretUrl> = urls.into_iter().map(SecretUrl::new).collect();
+            if let Some(bad) =
+                urls.iter().find(|u| !(u.expose().starts_with("redis://") || u.expose().starts_with("rediss://")))
+            {
                 return Err(err("url", format!("`{bad}` must start with redis://")));
             }
-            let on_error = match s.on_error.as_deref().unwrap_or("fail-open") {
-                "fail-open" => OnError::FailOpen,
-                "fail-closed" => OnError::FailClosed,
-                "local" => OnError::Local,
-                other => return Err(err("on_error", format!("`{other}` is not fail-open, fail-closed or local"))),
+            const MODES: &str = "choose what sluice does when Redis is slow or down:\n  \
+                on_error = \"fail-closed\"  answer 503 with Retry-After: nothing passes unlimited (logins, password resets)\n  \
+                on_error = \"fail-open\"    admit every request: the limit is off until Redis is back (cheap reads)\n  \
+                on_error = \"local\"        fall back to an in-memory limiter per instance: each instance grants the full limit";
+            let on_error = match s.on_error.as_deref() {
+                Some("fail-open") => OnError::FailOpen,
+                Some("fail-closed") => OnError::FailClosed,
+                Some("local") => OnError::Local,
+                Some(other) => return Err(err("on_error", format!("`{other}` is not a failure mode; {MODES}"))),
+                None => {
+                    let line = src.field_line(&span, "kind");
+                    return Err(src.error(
+                        Some(line),
+                        "store.on_error",
+                        format!("is required with kind = \"redis\"; {MODES}"),
+                    ));
+                }
             };
             let timeout_ms = s.timeout_ms.unwrap_or(50);
             if timeout_ms == 0 {

@@ -118,3 +118,96 @@ fn leaky_bucket_modes() {
     let e = error_of(&format!("{base}mode = \"shape\"\ndelay = 5\n"));
     assert!(e.contains("policy[0].delay"), "{e}");
 }
+
+const REDIS: &str = "[store]\nkind = \"redis\"\nurl = \"redis://:hunter2-password@127.0.0.1:6379\"\n";
+
+#[test]
+fn a_shared_store_needs_a_shared_key_secret_and_an_explicit_failure_mode() {
+    // Without a key secret, each instance would draw its own and grant the full limit.
+    let e = error_of(&format!("{REDIS}on_error = \"fail-closed\"\n"));
+    assert!(e.starts_with("bad.toml:2: server.key_secret: a Redis store is shared"), "{e}");
+    // Without a failure mode: the three, one line each.
+    let e = error_of(&format!("[server]\nkey_secret = \"0123456789abcdef0123\"\n{REDIS}"));
+    assert!(e.starts_with("bad.toml:4: store.on_error: is required with kind = \"redis\""), "{e}");
+    for mode in ["on_error = \"fail-closed\"", "on_error = \"fail-open\"", "on_error = \"local\""] {
+        assert_eq!(e.lines().filter(|l| l.trim_start().starts_with(mode)).count(), 1, "{mode} in {e}");
+    }
+    let e = error_of(&format!("[server]\nkey_secret = \"0123456789abcdef0123\"\n{REDIS}on_error = \"open\"\n"));
+    assert!(e.starts_with("bad.toml:6: store.on_error: `open` is not a failure mode"), "{e}");
+    let ok =
+        parse("ok.toml", &format!("[server]\nkey_secret = \"0123456789abcdef0123\"\n{REDIS}on_error = \"local\"\n"));
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[test]
+fn a_key_secret_comes_from_the_file_from_a_file_or_from_the_environment() {
+    let dir = std::env::temp_dir().join(format!("sluice-config-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("secret"), "a secret kept in its own file\n").unwrap();
+    let file = dir.join("sluice.toml");
+    std::fs::write(&file, "[server]\nkey_secret_file = \"secret\"\n").unwrap();
+    let from_file = sluice_config::load(&file).unwrap();
+    // Relative to the configuration's folder; the trailing newline is not part of it.
+    assert_eq!(from_file.server.key_secret.unwrap().expose(), "a secret kept in its own file");
+
+    // A variable that is not set is an error naming it (a set one is read by the binary's tests:
+    // setting the environment in-process needs `unsafe`, which the workspace forbids).
+    let var = format!("SLUICE_TEST_SECRET_{}", std::process::id());
+    let from_env_text = format!("[server]\nkey_secret_env = \"{var}\"\n");
+    let e = error_of(&from_env_text);
+    assert!(e.starts_with("bad.toml:2: server.key_secret_env:") && e.contains(&var), "{e}");
+
+    let e = error_of("[server]\nkey_secret_file = \"/nonexistent/sluice-secret\"\n");
+    assert!(e.starts_with("bad.toml:2: server.key_secret_file: cannot read"), "{e}");
+    let e = error_of("[server]\nkey_secret = \"0123456789abcdef0123\"\nkey_secret_env = \"X\"\n");
+    assert!(e.starts_with("bad.toml:2: server.key_secret: give one of"), "{e}");
+    std::fs::write(dir.join("short"), "short\n").unwrap();
+    std::fs::write(&file, "[server]\nkey_secret_file = \"short\"\n").unwrap();
+    let e = sluice_config::load(&file).unwrap_err().to_string();
+    assert!(e.contains("server.key_secret: must be at least 16 characters"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn secrets_never_show_in_debug_output() {
+    let text = format!(
+        "[server]\nkey_secret = \"the key secret itself\"\n{REDIS}on_error = \"fail-closed\"\n\
+         [decision_api]\ntoken = \"the decision api token\"\n"
+    );
+    let cfg = parse("s.toml", &text).unwrap();
+    let shown = format!("{cfg:?}");
+    for secret in ["the key secret itself", "the decision api token", "hunter2-password"] {
+        assert!(!shown.contains(secret), "{secret} shows in {shown}");
+    }
+    assert!(shown.contains("<redacted>"));
+}
+
+#[test]
+fn a_cost_of_nothing_is_refused() {
+    let policy = "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n";
+    let e = error_of(&format!(
+        "{policy}[[route]]\npath = \"/x\"\ncost = 0\nlimits = [{{ policy = \"p\", key = \"ip\" }}]\n"
+    ));
+    assert!(e.starts_with("bad.toml:8: route[0].cost: must be at least 1"), "{e}");
+    let e = error_of(&format!(
+        "{policy}[[route]]\npath = \"/x\"\nlimits = [{{ policy = \"p\", key = \"ip\", cost = 0 }}]\n"
+    ));
+    assert!(e.starts_with("bad.toml:8: route[0].limits[0]: cost must be at least 1"), "{e}");
+}
+
+#[test]
+fn the_decision_api_answers_loopback_by_default() {
+    let cfg = parse("d.toml", "").unwrap();
+    let allow: Vec<String> = cfg.decision_api.allow.iter().map(|n| n.to_string()).collect();
+    assert_eq!(allow, ["127.0.0.0/8", "::1/128"]);
+    assert_eq!((cfg.decision_api.token, cfg.decision_api.max_cost), (None, None));
+    let cfg = parse("d.toml", "[decision_api]\nallow = [\"10.0.0.0/8\", \"192.0.2.7\"]\nmax_cost = 10\n").unwrap();
+    assert_eq!(cfg.decision_api.allow.len(), 2);
+    assert_eq!(cfg.decision_api.max_cost, Some(10));
+    let e = error_of("[decision_api]\n\nallow = [\"everyone\"]\n");
+    assert!(e.starts_with("bad.toml:3: decision_api.allow:"), "{e}");
+    let e = error_of("[decision_api]\nmax_cost = 0\n");
+    assert!(e.starts_with("bad.toml:2: decision_api.max_cost:"), "{e}");
+    let e = error_of("[decision_api]\ntoken = \"short\"\n");
+    assert!(e.starts_with("bad.toml:2: decision_api.token: must be at least 16"), "{e}");
+}

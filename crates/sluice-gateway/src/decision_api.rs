@@ -1,9 +1,13 @@
 //! `POST /v1/check`: the decision service, for applications that ask instead of proxying.
 
-use http::{Request, Response, StatusCode};
+use std::net::IpAddr;
+
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
+use sluice_config::DecisionApi;
 use sluice_core::{Decision, ceil_millis};
 use sluice_http::pipeline::{Checks, Limiter};
 use sluice_http::response::Answer;
@@ -39,6 +43,28 @@ fn one() -> u64 {
 enum CheckRequest {
     Many { checks: Vec<OneCheck> },
     One(OneCheck),
+}
+
+/// Whether the caller may use the API: an allowed peer, or the bearer token (compared in
+/// constant time).
+fn allowed(access: &DecisionApi, peer: IpAddr, headers: &HeaderMap) -> bool {
+    let peer = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+        v4 => v4,
+    };
+    if access.allow.iter().any(|net| net.contains(&peer)) {
+        return true;
+    }
+    let Some(token) = &access.token else { return false };
+    let mut lines = headers.get_all(AUTHORIZATION).iter();
+    let (Some(line), None) = (lines.next(), lines.next()) else { return false };
+    let Some(given) = line.as_bytes().strip_prefix(b"Bearer ") else { return false };
+    constant_time_eq(given, token.expose().as_bytes())
+}
+
+/// Equal bytes, in a time that depends on the lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A decision as the API reports it (durations in milliseconds, rounded up).
@@ -97,7 +123,24 @@ struct Reply<'a> {
 /// rate-limit headers; 503 when the store cannot decide. Keys are hashed apart from request keys
 /// before they reach the store. Decisions are counted and logged through `observed` under the
 /// route `/v1/check`.
-pub async fn handle(limiter: &Limiter, observed: &Observed, req: Request<Incoming>) -> Response<Body> {
+///
+/// Only peers in `access.allow` (loopback by default) or requests bearing `access.token` are
+/// answered (403 otherwise): anyone who can call it could spend any key's quota. A check may
+/// cost at most `access.max_cost` (default: its policy's limit).
+pub async fn handle(
+    limiter: &Limiter,
+    observed: &Observed,
+    access: &DecisionApi,
+    peer: IpAddr,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    if !allowed(access, peer, req.headers()) {
+        return respond::error(
+            403,
+            "forbidden",
+            "The decision API answers only the peers it allows, or a request with its bearer token.",
+        );
+    }
     let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return respond::error(413, "body_too_large", "The check request is too large (64 KiB at most)."),
@@ -119,8 +162,16 @@ pub async fn handle(limiter: &Limiter, observed: &Observed, req: Request<Incomin
             return respond::error(400, "unknown_policy", &format!("No policy named `{}`.", c.policy));
         };
         let limit = limiter.policies()[policy].policy.limit();
-        if c.cost > limit {
-            return respond::error(400, "cost_too_large", &format!("Cost {} exceeds the limit {limit}.", c.cost));
+        let most = access.max_cost.map_or(limit, |m| m.min(limit));
+        if c.cost > most {
+            return respond::error(
+                400,
+                "cost_too_large",
+                &format!("Cost {} exceeds the largest allowed, {most}.", c.cost),
+            );
+        }
+        if c.cost == 0 {
+            return respond::error(400, "bad_request", "A check costs at least 1.");
         }
         checks.push(Check { policy, key: limiter.keys().named(&c.policy, &c.key), cost: c.cost });
     }

@@ -54,7 +54,7 @@ impl Loaded {
     ) -> Result<Self, GatewayError> {
         let upstream =
             config.upstream.as_ref().map(|u| Upstream::new(&u.url, Duration::from_nanos(u.timeout))).transpose()?;
-        let decision_api = config.server.decision_api.unwrap_or(config.upstream.is_none());
+        let decision_api = config.decision_api.enabled.unwrap_or(config.upstream.is_none());
         let observed = Observed::resolve(observer, &config, store.kind());
         let limiter = Limiter::of_config(&config, store, hasher);
         Ok(Self { limiter, upstream, decision_api, config, observed })
@@ -95,7 +95,7 @@ impl Gateway {
         observer: Arc<Observer>,
     ) -> Result<Self, GatewayError> {
         let hasher = match &config.server.key_secret {
-            Some(s) => KeyHasher::from_secret(s.as_bytes()),
+            Some(s) => KeyHasher::from_secret(s.expose().as_bytes()),
             None => KeyHasher::random(),
         };
         let store = stores.build(&config, None)?;
@@ -166,7 +166,8 @@ impl Gateway {
                 res.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("POST"));
                 return Ok(res);
             }
-            return Ok(decision_api::handle(&loaded.limiter, &loaded.observed, req).await);
+            let access = &loaded.config.decision_api;
+            return Ok(decision_api::handle(&loaded.limiter, &loaded.observed, access, peer.ip(), req).await);
         }
         // Routes match, and the `path` key part reads, the normalised path: spellings of one
         // resource share one route and one key. Normalised once per request.

@@ -83,8 +83,9 @@ impl StoreBuilder for RedisStores {
         let StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } = &config.store else {
             return Err(GatewayError::NeedsRestart("store.kind"));
         };
+        let exposed: Vec<String> = urls.iter().map(|u| u.expose().to_owned()).collect();
         let mut options =
-            if *cluster { RedisOptions::cluster(urls.clone()) } else { RedisOptions::single(urls[0].clone()) };
+            if *cluster { RedisOptions::cluster(exposed) } else { RedisOptions::single(exposed[0].clone()) };
         options.on_error = match on_error {
             OnError::FailOpen => sluice_redis::OnError::FailOpen,
             OnError::FailClosed => sluice_redis::OnError::FailClosed,

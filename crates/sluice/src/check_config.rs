@@ -58,7 +58,18 @@ pub fn describe(c: &Config) -> String {
     let _ = writeln!(out, "ipv6 prefix: /{}", s.ipv6_prefix);
     let _ = writeln!(out, "headers: {}", s.headers.iter().map(|h| h.name()).collect::<Vec<_>>().join(", "));
     let _ = writeln!(out, "deny: status {} ({:?})", s.deny_status, s.on_deny);
-    let _ = writeln!(out, "upstream: {}", c.upstream.as_ref().map_or("none (sluice answers)", |u| u.url.as_str()));
+    let _ = writeln!(
+        out,
+        "upstream: {}",
+        c.upstream
+            .as_ref()
+            .map_or("none (sluice answers)".into(), |u| sluice_config::SecretUrl::new(u.url.clone()).to_string())
+    );
+    let _ = writeln!(
+        out,
+        "key secret: {}",
+        if s.key_secret.is_some() { "set (<redacted>)" } else { "none (random per process)" }
+    );
     let _ = match &c.store {
         StoreConfig::Memory { max_keys, shards, evict_lru } => writeln!(
             out,
@@ -68,7 +79,7 @@ pub fn describe(c: &Config) -> String {
         StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => writeln!(
             out,
             "store: redis {} (cluster: {cluster}), on error: {on_error:?}, timeout {timeout_ms} ms, prefix {key_prefix}",
-            urls.join(", ")
+            urls.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", ")
         ),
     };
     let _ = writeln!(out, "policies:");
@@ -83,5 +94,21 @@ pub fn describe(c: &Config) -> String {
             let _ = writeln!(out, "    - {} by {} (cost {})", c.policies[l.policy].name, l.key, l.cost);
         }
     }
+    let d = &c.decision_api;
+    let on = d.enabled.unwrap_or(c.upstream.is_none());
+    let _ = writeln!(
+        out,
+        "decision api (POST /v1/check): {}",
+        if !on {
+            "off".to_string()
+        } else {
+            format!(
+                "on, from {}{}, max cost {}",
+                d.allow.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+                if d.token.is_some() { " or with the bearer token (<redacted>)" } else { "" },
+                d.max_cost.map_or("the policy's limit".to_string(), |m| m.to_string())
+            )
+        }
+    );
     out
 }

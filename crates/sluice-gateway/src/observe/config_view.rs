@@ -1,11 +1,8 @@
 //! The resolved configuration as JSON for `GET /config`, with secrets redacted.
 
 use serde_json::{Value, json};
-use sluice_config::{Config, OnDeny, OnError, StoreConfig};
+use sluice_config::{Config, OnDeny, OnError, REDACTED, SecretUrl, StoreConfig};
 use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
-
-/// What stands in for a secret.
-const REDACTED: &str = "<redacted>";
 
 /// The configuration in force, as the gateway understood it: defaults filled in, durations in
 /// milliseconds, policies by name. `server.key_secret` is redacted (only whether one is set
@@ -31,10 +28,15 @@ pub fn config_json(c: &Config) -> Value {
             "user_header": s.user_header,
             "max_body_bytes": s.max_body_bytes,
             "key_secret": s.key_secret.as_ref().map(|_| REDACTED),
-            "decision_api": s.decision_api,
+        },
+        "decision_api": {
+            "enabled": c.decision_api.enabled,
+            "allow": c.decision_api.allow.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "token": c.decision_api.token.as_ref().map(|_| REDACTED),
+            "max_cost": c.decision_api.max_cost,
         },
         "upstream": c.upstream.as_ref().map(|u| json!({
-            "url": redact_url(&u.url),
+            "url": SecretUrl::new(u.url.clone()).redacted(),
             "timeout_ms": u.timeout / NANOS_PER_MILLI,
         })),
         "policies": c.policies.iter().map(|p| {
@@ -101,7 +103,7 @@ fn store_json(s: &StoreConfig) -> Value {
         }),
         StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => json!({
             "kind": "redis",
-            "urls": urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            "urls": urls.iter().map(SecretUrl::redacted).collect::<Vec<_>>(),
             "cluster": cluster,
             "on_error": match on_error {
                 OnError::FailOpen => "fail-open",
@@ -114,27 +116,9 @@ fn store_json(s: &StoreConfig) -> Value {
     }
 }
 
-/// `scheme://user:password@host/...` with the user information replaced.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://{REDACTED}@{}", &rest[at + 1..]),
-        None => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn user_information_in_urls_is_redacted() {
-        assert_eq!(redact_url("redis://:hunter2@10.0.0.1:6379/0"), "redis://<redacted>@10.0.0.1:6379/0");
-        assert_eq!(redact_url("redis://u:p@h"), "redis://<redacted>@h");
-        assert_eq!(redact_url("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
-        assert_eq!(redact_url("http://h/path@x"), "http://h/path@x");
-    }
 
     #[test]
     fn policies_routes_and_store_are_described() {
@@ -159,9 +143,13 @@ path = "/api/*"
 methods = ["POST"]
 limits = [{ policy = "per-ip", key = "header:x-api-key|ip" }, { policy = "per-account", key = "json:/email" }]
 
+[server]
+key_secret = "a secret shared by the instances"
+
 [store]
 kind = "redis"
 urls = ["redis://:pw@127.0.0.1:6379"]
+on_error = "fail-closed"
 "#,
         )
         .unwrap();
@@ -173,7 +161,8 @@ urls = ["redis://:pw@127.0.0.1:6379"]
         assert_eq!(v["routes"][0]["limits"][0]["key"], "header:x-api-key|ip");
         assert_eq!(v["routes"][0]["limits"][1]["policy"], "per-account");
         assert_eq!(v["store"]["urls"][0], "redis://<redacted>@127.0.0.1:6379");
-        assert_eq!(v["server"]["key_secret"], Value::Null);
+        assert_eq!(v["server"]["key_secret"], "<redacted>");
+        assert!(!v.to_string().contains("a secret shared"));
         assert!(!v.to_string().contains(":pw@"));
     }
 }
