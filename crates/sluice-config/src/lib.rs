@@ -26,6 +26,7 @@
 mod duration;
 mod error;
 mod model;
+mod path;
 mod raw;
 mod secret;
 mod validate;
@@ -33,6 +34,7 @@ mod validate;
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use model::*;
+pub use path::{PathRefusal, normalize_path, request_path};
 pub use secret::{REDACTED, Secret, SecretUrl};
 pub use validate::DEFAULT_LISTEN;
 

@@ -6,6 +6,9 @@ use std::net::SocketAddr;
 use ipnet::IpNet;
 use sluice_core::{Nanos, Policy};
 
+use crate::path::normalize_path;
+#[cfg(doc)]
+use crate::path::request_path;
 use crate::secret::{Secret, SecretUrl};
 
 /// A whole, validated configuration.
@@ -52,6 +55,13 @@ pub struct Server {
     pub user_header: Option<String>,
     /// Most bytes of a body read to find a `json:` key part.
     pub max_body_bytes: usize,
+    /// The longest a client may take to send that part of a body (408 after).
+    pub body_timeout: Nanos,
+    /// The longest a body read may wait for its next bytes (408 after): a trickling client.
+    pub body_idle_timeout: Nanos,
+    /// Bodies read at once for one client address (429 beyond): slow bodies from one client
+    /// cannot fill `max_in_flight`.
+    pub max_body_reads_per_client: usize,
     /// Secret keying the key hash; instances sharing a store must share it (required with a
     /// shared store). From `key_secret`, `key_secret_file` or the variable `key_secret_env` names.
     pub key_secret: Option<Secret>,
@@ -159,61 +169,6 @@ pub enum PathPattern {
     Prefix(String),
 }
 
-/// The form of a path that routes are matched against, so that spellings an upstream treats as
-/// the same resource cannot slip past a limit: repeated slashes collapsed, `.` and `..`
-/// segments resolved, a trailing slash dropped, percent-encoded unreserved characters decoded,
-/// ASCII lower-cased (matching more paths errs on the strict side). Borrows when already normal.
-///
-/// ```
-/// use sluice_config::normalize_path;
-/// assert_eq!(normalize_path("/api/password-reset"), "/api/password-reset");
-/// assert_eq!(normalize_path("//api/./Password-Reset/"), "/api/password-reset");
-/// assert_eq!(normalize_path("/api/x/../%70assword-reset"), "/api/password-reset");
-/// ```
-pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
-    let plain = !path.contains("//")
-        && !path.contains("/.")
-        && !path.contains('%')
-        && !path.bytes().any(|b| b.is_ascii_uppercase())
-        && (path.len() <= 1 || !path.ends_with('/'));
-    if plain {
-        return std::borrow::Cow::Borrowed(path);
-    }
-    let decoded = percent_decode_unreserved(path).to_ascii_lowercase();
-    let mut segments: Vec<&str> = Vec::new();
-    for seg in decoded.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            other => segments.push(other),
-        }
-    }
-    std::borrow::Cow::Owned(format!("/{}", segments.join("/")))
-}
-
-/// Decodes `%XX` where XX encodes an unreserved character (RFC 3986: letters, digits, `-._~`).
-fn percent_decode_unreserved(path: &str) -> String {
-    let bytes = path.as_bytes();
-    let mut out = String::with_capacity(path.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Some(v) = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok())
-            && (v.is_ascii_alphanumeric() || b"-._~".contains(&v))
-        {
-            out.push(v as char);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i] as char);
-        i += 1;
-    }
-    out
-}
-
 impl PathPattern {
     /// True when `path` (no query string) matches, after [`normalize_path`].
     pub fn matches(&self, path: &str) -> bool {
@@ -244,11 +199,20 @@ impl Route {
         self.matches_normal(method, &normalize_path(path))
     }
 
-    /// [`Route::matches`] for a path already passed through [`normalize_path`] (normalise once
+    /// [`Route::matches`] for a path already passed through [`request_path`] (normalise once
     /// per request, not once per route).
+    ///
+    /// Methods match whatever their case (`get` is `GET` to most frameworks), and a route of
+    /// `GET` also limits `HEAD` (every common framework runs the GET handler for HEAD).
     pub fn matches_normal(&self, method: &str, path: &str) -> bool {
-        self.path.matches_normal(path) && self.methods.as_ref().is_none_or(|ms| ms.iter().any(|m| m == method))
+        self.path.matches_normal(path) && self.methods.as_ref().is_none_or(|ms| methods_match(ms, method))
     }
+}
+
+/// True when the request method `method` is one of `configured` (upper case), as routes match:
+/// case-insensitively, `HEAD` as `GET`.
+pub fn methods_match(configured: &[String], method: &str) -> bool {
+    configured.iter().any(|m| m.eq_ignore_ascii_case(method) || (m == "GET" && method.eq_ignore_ascii_case("HEAD")))
 }
 
 /// One limit of a route: a policy (index into `Config::policies`), the key, the cost.
@@ -278,7 +242,7 @@ impl KeySpec {
 
     /// True when some part reads the request body.
     pub fn needs_body(&self) -> bool {
-        self.parts.iter().flatten().any(|s| matches!(s, KeySource::Json(_)))
+        self.parts.iter().flatten().any(|s| s.json_pointer().is_some())
     }
 }
 
@@ -309,12 +273,34 @@ pub enum KeySource {
     Route,
     /// A constant (a global limit).
     Const(String),
+    /// Another source's value read as an email address (`email(json:/email)`): trimmed,
+    /// lower-cased, and a `+tag` in the local part dropped, so `Victim+1@x` and `victim@x` are
+    /// one account. An alias rule for providers that deliver `+tag` mail to the same mailbox,
+    /// not a default: where `a+b@x` is a different account, do not use it.
+    Email(Box<KeySource>),
 }
 
 impl KeySource {
+    /// The source a value is read from (through `email(...)`).
+    pub fn base(&self) -> &KeySource {
+        match self {
+            KeySource::Email(inner) => inner.base(),
+            other => other,
+        }
+    }
+
+    /// The JSON pointer this source reads, if it reads the body.
+    pub fn json_pointer(&self) -> Option<&str> {
+        match self.base() {
+            KeySource::Json(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// A short name for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
+            KeySource::Email(inner) => inner.kind(),
             KeySource::Ip => "ip",
             KeySource::Header(_) => "header",
             KeySource::User => "user",
@@ -333,6 +319,7 @@ impl fmt::Display for KeySource {
             KeySource::Header(h) => write!(f, "header:{h}"),
             KeySource::Json(p) => write!(f, "json:{p}"),
             KeySource::Const(c) => write!(f, "const:{c}"),
+            KeySource::Email(inner) => write!(f, "email({inner})"),
             other => f.write_str(other.kind()),
         }
     }

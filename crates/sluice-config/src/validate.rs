@@ -6,13 +6,14 @@ use std::ops::Range;
 
 use ipnet::IpNet;
 use sluice_core::{
-    ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket,
+    ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Nanos, Policy, SlidingLog, SlidingWindow,
+    TokenBucket,
 };
 
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
-use crate::model::normalize_path;
 use crate::model::*;
+use crate::path::{normalize_path, request_path};
 use crate::raw::*;
 use crate::secret::{Secret, SecretUrl};
 
@@ -172,6 +173,19 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
     }
     let user_header = s.user_header.map(|h| h.to_ascii_lowercase());
     let max_body_bytes = s.max_body_bytes.unwrap_or(64 * 1024);
+    let duration = |field: &str, text: Option<&str>, default: &str| -> Result<Nanos, ConfigError> {
+        let n = parse_duration(text.unwrap_or(default)).map_err(|m| err(field, m))?;
+        if n == 0 {
+            return Err(err(field, "must be longer than 0".into()));
+        }
+        Ok(n)
+    };
+    let body_timeout = duration("body_timeout", s.body_timeout.as_deref(), "10s")?;
+    let body_idle_timeout = duration("body_idle_timeout", s.body_idle_timeout.as_deref(), "5s")?;
+    let max_body_reads_per_client = s.max_body_reads_per_client.unwrap_or(4);
+    if max_body_reads_per_client == 0 {
+        return Err(err("max_body_reads_per_client", "must be at least 1".into()));
+    }
     let key_secret = secret(src, &span, "server", "key_secret", (s.key_secret, s.key_secret_file, s.key_secret_env))?;
     let server = Server {
         listen,
@@ -184,6 +198,9 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
         max_in_flight,
         user_header,
         max_body_bytes,
+        body_timeout,
+        body_idle_timeout,
+        max_body_reads_per_client,
         key_secret,
     };
     Ok((server, s.decision_api))
@@ -374,6 +391,9 @@ fn route(
     if !r.path.starts_with('/') {
         return Err(err("path", format!("`{}` must start with `/`", r.path)));
     }
+    if let Err(why) = request_path(&r.path) {
+        return Err(err("path", format!("`{}`: {why} Routes name paths as clients send them.", r.path)));
+    }
     let path = match r.path.strip_suffix('*') {
         Some(prefix) if prefix.ends_with('/') => {
             let norm = normalize_path(prefix);
@@ -406,7 +426,7 @@ fn route(
             return Err(lerr("key must name at least one part".into()));
         }
         let parts = texts.iter().map(|t| key_part(t)).collect::<Result<Vec<_>, _>>().map_err(lerr)?;
-        if parts.iter().flatten().any(|s| *s == KeySource::User) && server.user_header.is_none() {
+        if parts.iter().flatten().any(|s| *s.base() == KeySource::User) && server.user_header.is_none() {
             return Err(lerr("key part `user` needs `server.user_header`".into()));
         }
         let cost = l.cost.unwrap_or(route_cost);
@@ -430,6 +450,15 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
     text.split('|')
         .map(|s| {
             let s = s.trim();
+            if let Some(inner) = s.strip_prefix("email(").and_then(|r| r.strip_suffix(')')) {
+                let inner = key_part(inner)?;
+                return match inner.as_slice() {
+                    [one @ (KeySource::Header(_) | KeySource::Json(_) | KeySource::User)] => {
+                        Ok(KeySource::Email(Box::new(one.clone())))
+                    }
+                    _ => Err(format!("`{s}`: email(...) takes one header:, json: or user part")),
+                };
+            }
             let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
             let need_arg = |what: &str| {
                 if arg.is_empty() { Err(format!("key part `{s}` needs {what}")) } else { Ok(arg.to_string()) }
@@ -450,7 +479,8 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
                 }
                 "const" => Ok(KeySource::Const(need_arg("a value, like `const:global`")?)),
                 other => Err(format!(
-                    "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, method, path, route, const:VALUE)"
+                    "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, method, path, route, const:VALUE, \
+                     email(...))"
                 )),
             }
         })

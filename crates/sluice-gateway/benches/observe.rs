@@ -70,7 +70,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(store.decide_now(black_box(&checks)).map(|v| v.allowed)))
     });
     g.bench_function("count an admitted decision (2 limits)", |b| {
-        b.iter(|| observed.decided(Some(0), black_box(&checks), &policies, black_box(&admitted), timing))
+        b.iter(|| observed.decided(Some(0), black_box(&checks), &[0, 1], &policies, black_box(&admitted), timing))
     });
     g.bench_function("choose a log line for an admitted decision (sample 0.01)", |b| {
         b.iter(|| black_box(observed.pick(black_box(&admitted))))

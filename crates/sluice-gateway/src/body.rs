@@ -25,6 +25,14 @@ impl ReplayBody {
     pub fn untouched(body: Incoming) -> Self {
         Self { prefix: None, trailers: None, rest: Some(body) }
     }
+
+    /// The body itself again, when nothing of it was read yet.
+    pub fn into_untouched(self) -> Option<Incoming> {
+        match self {
+            Self { prefix: None, trailers: None, rest } => rest,
+            _ => None,
+        }
+    }
 }
 
 /// The result of [`read_prefix`].
@@ -38,8 +46,20 @@ pub struct Prefix {
     pub body: ReplayBody,
 }
 
-/// Reads at most `max` bytes of `body` (stopping at the first frame past it).
-pub async fn read_prefix(mut body: Incoming, max: usize) -> Result<Prefix, hyper::Error> {
+/// Why a body prefix could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The connection failed or the body was malformed.
+    #[error("the request body could not be read: {0}")]
+    Body(#[from] hyper::Error),
+    /// No byte came for the idle timeout: a client trickling its body.
+    #[error("the request body stalled")]
+    Idle,
+}
+
+/// Reads at most `max` bytes of `body` (stopping at the first frame past it), failing when no
+/// frame comes for `idle`.
+pub async fn read_prefix(mut body: Incoming, max: usize, idle: std::time::Duration) -> Result<Prefix, ReadError> {
     let mut buf = BytesMut::new();
     let mut trailers = None;
     loop {
@@ -48,7 +68,8 @@ pub async fn read_prefix(mut body: Incoming, max: usize) -> Result<Prefix, hyper
             let replay = ReplayBody { prefix: Some(bytes.clone()), trailers: None, rest: Some(body) };
             return Ok(Prefix { bytes, complete: false, body: replay });
         }
-        match body.frame().await {
+        let frame = tokio::time::timeout(idle, body.frame()).await.map_err(|_| ReadError::Idle)?;
+        match frame {
             None => break,
             Some(frame) => {
                 let frame = frame?;

@@ -8,26 +8,25 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::header::HeaderValue;
-use http::{Method, Request, Response};
+use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use sluice_config::{Config, OnDeny, Route, normalize_path};
-use sluice_http::body_key::{BodyRefusal, keyable_json, needs_body};
+use sluice_config::{Config, OnDeny, Route};
+use sluice_http::body_key::{BodyRefusal, JsonBody, keyable_json, needs_body};
+use sluice_http::identity::Client;
 use sluice_http::keys::RequestFacts;
-use sluice_http::pipeline::{Action, Limiter};
+use sluice_http::pipeline::{Action, Limiter, Refusal, route_path};
 use sluice_http::response::Answer;
 use sluice_store::{KeyHasher, Store};
 
-use crate::body::{ReplayBody, read_prefix};
+use crate::body::{ReadError, ReplayBody, read_prefix};
+use crate::body_reads::BodyReads;
 use crate::decision_api;
 use crate::error::GatewayError;
 use crate::observe::{Observed, Observer};
-use crate::proxy::Upstream;
+use crate::proxy::{Forwarding, Upstream};
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
 use crate::stores::StoreBuilder;
-
-/// How long a client may take to send the part of a body that a `json:` key needs.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One loaded configuration and everything derived from it.
 pub struct Loaded {
@@ -37,6 +36,10 @@ pub struct Loaded {
     pub limiter: Limiter,
     /// Where admitted requests go; `None`: the gateway answers them itself.
     upstream: Option<Upstream>,
+    /// How the upstream is told who the client is (identity headers from untrusted peers go).
+    forwarding: Forwarding,
+    /// Body reads in progress per client, capped.
+    body_reads: Arc<BodyReads>,
     /// Whether `POST /v1/check` is served (by default only when there is no upstream).
     decision_api: bool,
     /// Metric handles and decision log policy resolved for this configuration.
@@ -57,7 +60,10 @@ impl Loaded {
         let decision_api = config.decision_api.enabled.unwrap_or(config.upstream.is_none());
         let observed = Observed::resolve(observer, &config, store.kind());
         let limiter = Limiter::of_config(&config, store, hasher);
-        Ok(Self { limiter, upstream, decision_api, config, observed })
+        let s = &config.server;
+        let forwarding = Forwarding::new(s.forwarded_header, s.user_header.as_deref());
+        let body_reads = Arc::new(BodyReads::new(s.max_body_reads_per_client));
+        Ok(Self { limiter, upstream, forwarding, body_reads, decision_api, config, observed })
     }
 
     /// The store in use.
@@ -169,9 +175,14 @@ impl Gateway {
             let access = &loaded.config.decision_api;
             return Ok(decision_api::handle(&loaded.limiter, &loaded.observed, access, peer.ip(), req).await);
         }
+        let client = loaded.limiter.client(peer.ip(), req.headers());
         // Routes match, and the `path` key part reads, the normalised path: spellings of one
-        // resource share one route and one key. Normalised once per request.
-        let path = normalize_path(req.uri().path()).into_owned();
+        // resource share one route and one key; a path upstreams read differently is refused,
+        // never forwarded unlimited. Normalised once per request.
+        let path = match route_path(req.uri().path()) {
+            Ok(p) => p.into_owned(),
+            Err(refused) => return Ok(respond::answer(refused.answer())),
+        };
         let method = req.method().as_str();
         let Some((route_idx, route)) =
             loaded.config.routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, &path))
@@ -179,29 +190,48 @@ impl Gateway {
             loaded.observed.unmatched();
             return Ok(match &loaded.upstream {
                 Some(up) => {
-                    let client = loaded.limiter.client(peer.ip(), req.headers());
                     let (parts, body) = req.into_parts();
-                    up.forward(Request::from_parts(parts, ReplayBody::untouched(body)), client.ip).await
+                    let req = Request::from_parts(parts, ReplayBody::untouched(body));
+                    up.forward(req, &client, &loaded.forwarding).await
                 }
                 None => respond::error(404, "not_found", "No such route."),
             });
         };
-        let client = loaded.limiter.client(peer.ip(), req.headers());
         let (parts, body) = req.into_parts();
-        let (json, body) = match read_keyed_body(route, body, loaded.config.server.max_body_bytes).await {
-            Ok(read) => read,
-            Err(answer) => return Ok(respond::answer(answer)),
-        };
         let facts = RequestFacts {
             method: parts.method.as_str(),
             path: &path,
             route: &route.name,
             client: &client,
             headers: &parts.headers,
-            json: json.as_ref(),
+            json: None,
         };
-        let checks = loaded.limiter.checks(&route.limits, &facts);
-        let ruling = loaded.limiter.decide(checks).await;
+        // The limits that need no body are decided first: a client whose address is spent is
+        // refused before its body is read, and each body read is charged to it.
+        let limiter = &loaded.limiter;
+        let first = match limiter.checks_of(&route.limits, &facts, |l| !l.key.needs_body()) {
+            Ok(c) => c,
+            Err(refused) => return Ok(respond::answer(refused.answer())),
+        };
+        let mut ruling = limiter.decide(first).await;
+        let mut body = ReplayBody::untouched(body);
+        if needs_body(&route.limits) && ruling.allowed() {
+            let read = read_keyed_body(loaded, &client, route, body).await;
+            let (json, replay) = match read {
+                Ok(read) => read,
+                Err(answer) => {
+                    loaded.observed.record(Some(route_idx), &route.name, &ruling).emit(answer.status.as_u16());
+                    return Ok(respond::answer(answer));
+                }
+            };
+            body = replay;
+            let facts = RequestFacts { json: json.as_ref(), ..facts };
+            let later = match limiter.checks_of(&route.limits, &facts, |l| l.key.needs_body()) {
+                Ok(c) => c,
+                Err(refused) => return Ok(respond::answer(refused.answer())),
+            };
+            ruling = ruling.then(limiter.decide(later).await);
+        }
         let line = loaded.observed.record(Some(route_idx), &route.name, &ruling);
         let delay = match ruling.action() {
             Action::Admit { delay } => delay,
@@ -218,7 +248,7 @@ impl Gateway {
             tokio::time::sleep(delay).await;
         }
         let mut res = match &loaded.upstream {
-            Some(up) => up.forward(Request::from_parts(parts, body), client.ip).await,
+            Some(up) => up.forward(Request::from_parts(parts, body), &client, &loaded.forwarding).await,
             None => respond::json(200, &respond::Allowed { status: "allowed", route: &route.name }),
         };
         ruling.write_headers(res.headers_mut());
@@ -227,29 +257,41 @@ impl Gateway {
     }
 }
 
-/// The JSON a route's `json:` key parts read, and the body to forward (intact). Only a route
-/// that keys on the body reads it: at most `max` bytes, in bounded time. A body that cannot be
-/// keyed is refused (400), a body too slow to arrive gets 408.
+/// The JSON a route's `json:` key parts read, and the body to forward (intact). At most
+/// `max_body_bytes` are read, within `body_timeout` and with no pause longer than
+/// `body_idle_timeout` (408 otherwise), and no more than `max_body_reads_per_client` bodies at once
+/// for one client (429 beyond). A body that cannot be keyed is refused (400).
 async fn read_keyed_body(
+    loaded: &Loaded,
+    client: &Client,
     route: &Route,
-    body: Incoming,
-    max: usize,
-) -> Result<(Option<serde_json::Value>, ReplayBody), Answer> {
-    if !needs_body(&route.limits) {
-        return Ok((None, ReplayBody::untouched(body)));
-    }
-    // A client trickling its body must not hold a slot in `max_in_flight` for long.
-    match tokio::time::timeout(BODY_READ_TIMEOUT, read_prefix(body, max)).await {
+    body: ReplayBody,
+) -> Result<(Option<JsonBody>, ReplayBody), Answer> {
+    let s = &loaded.config.server;
+    let Some(_reading) = loaded.body_reads.start(client.grouped) else {
+        return Err(Answer::error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_uploads",
+            "Too many request bodies are being sent from this address at once.",
+        ));
+    };
+    let Some(incoming) = body.into_untouched() else {
+        return Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string()));
+    };
+    let slow = || {
+        let mut a = Answer::error(StatusCode::REQUEST_TIMEOUT, "request_timeout", "The request body came too slowly.");
+        // The client may send it again, faster; nothing was admitted.
+        a.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        a
+    };
+    let read = read_prefix(incoming, s.max_body_bytes, Duration::from_nanos(s.body_idle_timeout));
+    match tokio::time::timeout(Duration::from_nanos(s.body_timeout), read).await {
         Ok(Ok(prefix)) => match keyable_json(&route.limits, &prefix.bytes, prefix.complete) {
             Ok(json) => Ok((json, prefix.body)),
-            Err(why) => Err(Answer::bad_request(&why.to_string())),
+            Err(why) => Err(Refusal::from(why).answer()),
         },
-        Ok(Err(_)) => Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
-        Err(_) => Err(Answer::error(
-            http::StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
-            "The request body came too slowly.",
-        )),
+        Ok(Err(ReadError::Idle)) | Err(_) => Err(slow()),
+        Ok(Err(ReadError::Body(_))) => Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
     }
 }
 

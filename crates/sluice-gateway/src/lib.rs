@@ -32,6 +32,7 @@
 
 pub mod admin;
 pub mod body;
+pub mod body_reads;
 pub mod decision_api;
 pub mod error;
 pub mod gateway;

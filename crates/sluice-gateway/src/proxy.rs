@@ -7,15 +7,18 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
 use http_body_util::Either;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+
+use sluice_config::ForwardedHeader;
+use sluice_http::identity::Client;
 
 use crate::body::ReplayBody;
 use crate::error::GatewayError;
 use crate::respond::{self, Body};
 
-type Pooled = Client<HttpConnector, ReplayBody>;
+type Pooled = HyperClient<HttpConnector, ReplayBody>;
 
 /// A pooled HTTP/1.1 client for one upstream.
 ///
@@ -43,7 +46,7 @@ const POOLS_PER_THREAD: usize = 4;
 fn new_pool() -> Pooled {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
+    HyperClient::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(1024)
         .build(connector)
@@ -78,7 +81,7 @@ impl Upstream {
 
     /// Sends `req` (its body streamed) and returns the upstream's response (streamed), or a
     /// 502/504 JSON answer when the upstream is down or slow.
-    pub async fn forward(&self, req: Request<ReplayBody>, client_ip: IpAddr) -> Response<Body> {
+    pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = Uri::builder().scheme("http").authority(self.authority.clone()).path_and_query(path).build();
@@ -88,7 +91,7 @@ impl Upstream {
         parts.uri = uri;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
-        append_forwarded_for(&mut parts.headers, client_ip);
+        forwarding.apply(&mut parts.headers, client);
         let req = Request::from_parts(parts, body);
         match tokio::time::timeout(self.timeout, self.pool().request(req)).await {
             Ok(Ok(res)) => {
@@ -129,21 +132,84 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(header::PROXY_AUTHORIZATION);
 }
 
-fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
-    let name = HeaderName::from_static("x-forwarded-for");
-    // Several header lines are one list: keep every entry, in order, then add ours.
-    let mut entries: Vec<&str> = headers
-        .get_all(&name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .collect();
-    let client = client.to_string();
-    entries.push(&client);
-    let joined = entries.join(", ");
-    if let Ok(v) = HeaderValue::from_str(&joined) {
-        headers.insert(name, v);
+/// How the upstream is told who the client is.
+///
+/// The upstream reads identity from headers; a client must not be able to write them. From a
+/// peer that is not a trusted proxy, every identity header it sent is dropped (`X-Forwarded-For`,
+/// `Forwarded`, `X-Real-IP`, the user header). From a trusted proxy, the forwarding header it
+/// writes is kept and the other one dropped (it would be the client's own). Then the client, as
+/// sluice resolved it, is appended to the configured forwarding header, so the rightmost entry
+/// an upstream reads is the client.
+#[derive(Debug, Clone)]
+pub struct Forwarding {
+    /// The forwarding header sluice writes: the one its trusted proxies write.
+    header: ForwardedHeader,
+    /// Identity headers believed only from trusted proxies (the user header).
+    identity: Vec<HeaderName>,
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+impl Forwarding {
+    /// Writes `header`; `user_header` (if any) is an identity header.
+    pub fn new(header: ForwardedHeader, user_header: Option<&str>) -> Self {
+        let identity = user_header.and_then(|h| HeaderName::from_bytes(h.as_bytes()).ok()).into_iter().collect();
+        Self { header, identity }
+    }
+
+    /// Rewrites the identity headers of a request from `client` for the upstream.
+    ///
+    /// ```
+    /// use sluice_gateway::proxy::Forwarding;
+    /// use sluice_http::identity::Client;
+    /// let fwd = Forwarding::new(sluice_config::ForwardedHeader::Forwarded, Some("x-user-id"));
+    /// let mut h = http::HeaderMap::new();
+    /// h.insert("x-user-id", "admin".parse().unwrap());
+    /// h.insert("x-forwarded-for", "6.6.6.6".parse().unwrap());
+    /// h.insert("forwarded", "for=6.6.6.6".parse().unwrap());
+    /// let ip = "2001:db8::7".parse().unwrap();
+    /// fwd.apply(&mut h, &Client { ip, grouped: ip, peer_trusted: false });
+    /// assert!(h.get("x-user-id").is_none() && h.get("x-forwarded-for").is_none());
+    /// assert_eq!(h["forwarded"], "for=\"[2001:db8::7]\"");
+    /// ```
+    pub fn apply(&self, headers: &mut HeaderMap, client: &Client) {
+        let (ours, other) = match self.header {
+            ForwardedHeader::XForwardedFor => (&X_FORWARDED_FOR, &FORWARDED),
+            ForwardedHeader::Forwarded => (&FORWARDED, &X_FORWARDED_FOR),
+        };
+        headers.remove(other);
+        if !client.peer_trusted {
+            headers.remove(ours);
+            headers.remove(&X_REAL_IP);
+            for h in &self.identity {
+                headers.remove(h);
+            }
+        }
+        let element = match (self.header, client.ip) {
+            (ForwardedHeader::XForwardedFor, ip) => ip.to_string(),
+            (ForwardedHeader::Forwarded, IpAddr::V4(v4)) => format!("for={v4}"),
+            (ForwardedHeader::Forwarded, IpAddr::V6(v6)) => format!("for=\"[{v6}]\""),
+        };
+        append_entry(headers, ours, &element);
+    }
+}
+
+/// Appends `entry` to the list `name` holds: several header lines are one list, so every entry
+/// is kept, in order, in one line.
+fn append_entry(headers: &mut HeaderMap, name: &HeaderName, entry: &str) {
+    let mut joined = Vec::new();
+    for line in headers.get_all(name) {
+        let line = line.as_bytes().trim_ascii();
+        if !line.is_empty() {
+            joined.extend_from_slice(line);
+            joined.extend_from_slice(b", ");
+        }
+    }
+    joined.extend_from_slice(entry.as_bytes());
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(name.clone(), v);
     }
 }
 
@@ -165,16 +231,48 @@ mod tests {
         assert_eq!(h["x-keep"], "1");
     }
 
+    fn client(ip: &str, trusted: bool) -> Client {
+        let ip = ip.parse().unwrap();
+        Client { ip, grouped: ip, peer_trusted: trusted }
+    }
+
     #[test]
-    fn forwarded_for_is_appended() {
+    fn a_trusted_chain_is_kept_and_the_client_appended() {
+        let fwd = Forwarding::new(ForwardedHeader::XForwardedFor, Some("x-user-id"));
         let mut h = HeaderMap::new();
-        append_forwarded_for(&mut h, "192.0.2.1".parse().unwrap());
-        assert_eq!(h["x-forwarded-for"], "192.0.2.1");
-        append_forwarded_for(&mut h, "192.0.2.2".parse().unwrap());
-        assert_eq!(h["x-forwarded-for"], "192.0.2.1, 192.0.2.2");
+        h.insert("x-forwarded-for", "192.0.2.1".parse().unwrap());
         h.append("x-forwarded-for", "192.0.2.3".parse().unwrap());
-        append_forwarded_for(&mut h, "192.0.2.4".parse().unwrap());
+        h.insert("x-user-id", "alice".parse().unwrap());
+        h.insert("forwarded", "for=6.6.6.6".parse().unwrap());
+        fwd.apply(&mut h, &client("192.0.2.3", true));
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
-        assert_eq!(h["x-forwarded-for"], "192.0.2.1, 192.0.2.2, 192.0.2.3, 192.0.2.4");
+        assert_eq!(h["x-forwarded-for"], "192.0.2.1, 192.0.2.3, 192.0.2.3");
+        assert_eq!(h["x-user-id"], "alice");
+        // The header the proxies do not write is the client's own: dropped.
+        assert!(h.get("forwarded").is_none());
+    }
+
+    #[test]
+    fn an_untrusted_peer_cannot_name_anyone() {
+        let fwd = Forwarding::new(ForwardedHeader::XForwardedFor, Some("x-user-id"));
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-real-ip", "2.2.2.2"),
+            ("x-user-id", "admin"),
+            ("forwarded", "for=3.3.3.3"),
+        ] {
+            h.insert(k, v.parse().unwrap());
+        }
+        fwd.apply(&mut h, &client("203.0.113.9", false));
+        assert_eq!(h["x-forwarded-for"], "203.0.113.9");
+        for gone in ["x-real-ip", "x-user-id", "forwarded"] {
+            assert!(h.get(gone).is_none(), "{gone} reached the upstream");
+        }
+        let fwd = Forwarding::new(ForwardedHeader::Forwarded, None);
+        let mut h = HeaderMap::new();
+        h.insert("forwarded", "for=1.1.1.1".parse().unwrap());
+        fwd.apply(&mut h, &client("203.0.113.9", false));
+        assert_eq!(h["forwarded"], "for=203.0.113.9");
     }
 }

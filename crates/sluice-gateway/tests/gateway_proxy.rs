@@ -140,7 +140,7 @@ async fn large_and_streamed_responses_come_back_intact_and_as_they_are_produced(
 }
 
 #[tokio::test]
-async fn hop_by_hop_headers_are_dropped_and_forwarded_for_is_appended() {
+async fn hop_by_hop_headers_are_dropped_and_the_client_is_forwarded() {
     let up = upstream().await;
     let (gw, _clock) = start(&proxy_config(&up, "")).await;
     let c = Client::new(gw.addr);
@@ -161,19 +161,23 @@ async fn hop_by_hop_headers_are_dropped_and_forwarded_for_is_appended() {
     assert!(seen.get("x-client-hop").is_none(), "{seen}");
     assert!(seen.get("proxy-authorization").is_none(), "{seen}");
     assert_eq!(seen["x-end-to-end"][0], "kept");
-    // The peer (127.0.0.1, not a trusted proxy) is appended to what the client sent.
-    assert_eq!(seen["x-forwarded-for"], serde_json::json!(["192.0.2.77, 127.0.0.1"]));
-    // A chain sent as several header lines is kept whole, in order.
-    let res = c
+    // The peer (127.0.0.1) is not a trusted proxy: what it claims is dropped, and the upstream
+    // is told the peer.
+    assert_eq!(seen["x-forwarded-for"], serde_json::json!(["127.0.0.1"]));
+    // Without one, the header is created.
+    let res = c.get("/limited/echo", &[]).await;
+    assert_eq!(res.json()["headers"]["x-forwarded-for"], serde_json::json!(["127.0.0.1"]));
+    // Behind a trusted proxy, a chain sent as several header lines is kept whole, in order, and
+    // the client sluice resolved (the first untrusted hop from the right) is appended.
+    let trusted = proxy_config(&up, "").replacen("[server]\n", "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n", 1);
+    let (behind, _clock) = start(&trusted).await;
+    let res = Client::new(behind.addr)
         .get("/limited/echo", &[("x-forwarded-for", "192.0.2.77, 192.0.2.78"), ("x-forwarded-for", "192.0.2.79")])
         .await;
     assert_eq!(
         res.json()["headers"]["x-forwarded-for"],
-        serde_json::json!(["192.0.2.77, 192.0.2.78, 192.0.2.79, 127.0.0.1"])
+        serde_json::json!(["192.0.2.77, 192.0.2.78, 192.0.2.79, 192.0.2.79"])
     );
-    // Without one, the header is created.
-    let res = c.get("/limited/echo", &[]).await;
-    assert_eq!(res.json()["headers"]["x-forwarded-for"], serde_json::json!(["127.0.0.1"]));
 
     let res = c.get("/limited/hop", &[]).await;
     assert_eq!(res.status, 200);

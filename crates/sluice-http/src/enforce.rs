@@ -40,6 +40,27 @@ impl Outcome {
     pub fn delay(&self) -> Nanos {
         self.decisions.iter().map(|d| d.delay).max().unwrap_or(0)
     }
+
+    /// This outcome followed by `later`'s (decided after this one admitted: the limits that
+    /// needed the body): admitted only if both admitted; the limit described is the one that
+    /// denied, else the tighter of the two described.
+    pub fn then(mut self, later: Outcome) -> Outcome {
+        let offset = self.decisions.len();
+        let later_describe = later.describe.map(|i| i + offset);
+        self.describe = match (self.describe, later_describe) {
+            (_, Some(b)) if !later.allowed => Some(b),
+            (Some(a), Some(b)) if self.allowed => {
+                let (da, db) = (self.decisions[a], later.decisions[b - offset]);
+                Some(if da.tighter(db) == da { a } else { b })
+            }
+            (a, b) => a.or(b),
+        };
+        self.allowed &= later.allowed;
+        self.decisions.extend(later.decisions);
+        self.shadow_denied.extend(later.shadow_denied.into_iter().map(|i| i + offset));
+        self.not_evaluated.extend(later.not_evaluated.into_iter().map(|i| i + offset));
+        self
+    }
 }
 
 /// Decides checks for the HTTP faces: enforced checks together (all-or-nothing) and, apart
@@ -109,6 +130,17 @@ impl Enforcer {
 
     /// Decides `checks` for one request.
     pub async fn decide(&self, checks: &[Check]) -> Result<Outcome, StoreError> {
+        if checks.is_empty() {
+            // Nothing to ask (a route whose every limit waits for the body): no round trip.
+            let none = Outcome {
+                allowed: true,
+                decisions: Vec::new(),
+                describe: None,
+                shadow_denied: Vec::new(),
+                not_evaluated: Vec::new(),
+            };
+            return Ok(none);
+        }
         let any_shadow = checks.iter().any(|c| self.policies.get(c.policy).is_some_and(|p| p.shadow));
         if !any_shadow {
             let v = self.store.decide(checks, None).await?;

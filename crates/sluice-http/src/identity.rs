@@ -96,25 +96,22 @@ impl ClientIdentity {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
             ForwardedHeader::Forwarded => "forwarded",
         };
-        // Every entry of every line of the header, in order; parsed only as far as needed.
-        let mut entries: Vec<&str> = Vec::new();
-        for value in headers.get_all(name) {
-            match value.to_str() {
-                Ok(text) => entries.extend(text.split(',')),
-                // A line that is not text: an entry nobody can read.
-                Err(_) => entries.push("\u{0}"),
-            }
-        }
+        // Every entry of every line, from the right; only the entries walked are parsed, so a
+        // byte that is not text (or junk) left of the client never matters.
         let mut client = peer;
-        for entry in entries.iter().rev() {
-            let hop = match self.header {
-                ForwardedHeader::XForwardedFor => parse_node(entry.trim()),
-                ForwardedHeader::Forwarded => forwarded_for(entry),
-            };
-            let Some(hop) = hop else { return client };
-            client = unmap(hop);
-            if !self.is_trusted(client) {
-                return client;
+        for line in headers.get_all(name).iter().rev() {
+            for entry in line.as_bytes().rsplit(|&b| b == b',') {
+                let hop = std::str::from_utf8(entry).ok().and_then(|text| match self.header {
+                    ForwardedHeader::XForwardedFor => parse_node(text.trim()),
+                    ForwardedHeader::Forwarded => forwarded_for(text),
+                });
+                // An entry nobody can read, reached before any untrusted address: keyed as the
+                // last trusted hop.
+                let Some(hop) = hop else { return client };
+                client = unmap(hop);
+                if !self.is_trusted(client) {
+                    return client;
+                }
             }
         }
         client
@@ -264,13 +261,61 @@ mod tests {
         assert_eq!(ClientIdentity::new(vec![], 128).group(ip("2001:db8::1")), ip("2001:db8::1"));
     }
 
+    #[test]
+    fn bytes_that_are_not_text_left_of_the_client_never_matter() {
+        // A client writes a non-ASCII byte on the left; the proxy appends the real address.
+        for raw in [&b"\xff\xfe, 203.0.113.7"[..], b"caf\xc3\xa9, 203.0.113.7, 10.2.2.2", b"\x80"] {
+            let mut h = HeaderMap::new();
+            h.insert("x-forwarded-for", http::HeaderValue::from_bytes(raw).unwrap());
+            let got = id().client_ip(ip("10.0.0.1"), &h);
+            let expected = if raw == b"\x80" { ip("10.0.0.1") } else { ip("203.0.113.7") };
+            assert_eq!(got, expected, "{raw:?}");
+        }
+        let fwd = id().with_header(ForwardedHeader::Forwarded);
+        let mut h = HeaderMap::new();
+        h.insert("forwarded", http::HeaderValue::from_bytes(b"for=\xff, for=203.0.113.8").unwrap());
+        assert_eq!(fwd.client_ip(ip("10.0.0.1"), &h), ip("203.0.113.8"));
+    }
+
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+
         #[test]
         fn never_panics_on_arbitrary_headers(xff in ".{0,80}", fwd in ".{0,80}") {
             let mut h = HeaderMap::new();
             if let Ok(v) = xff.parse() { h.insert("x-forwarded-for", v); }
             if let Ok(v) = fwd.parse() { h.insert("forwarded", v); }
             let _ = id().client_ip(ip("10.0.0.1"), &h);
+            let _ = id().with_header(ForwardedHeader::Forwarded).client_ip(ip("10.0.0.1"), &h);
+        }
+
+        #[test]
+        fn never_panics_on_arbitrary_bytes(lines in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..60), 0..4)) {
+            let mut h = HeaderMap::new();
+            for l in &lines {
+                if let Ok(v) = http::HeaderValue::from_bytes(l) {
+                    h.append("x-forwarded-for", v.clone());
+                    h.append("forwarded", v);
+                }
+            }
+            let _ = id().client_ip(ip("10.0.0.1"), &h);
+            let _ = id().with_header(ForwardedHeader::Forwarded).client_ip(ip("10.0.0.1"), &h);
+        }
+
+        #[test]
+        fn the_client_is_the_first_untrusted_hop_from_the_right(
+            left in proptest::collection::vec(proptest::prelude::any::<[u8; 4]>(), 0..4),
+            client in proptest::prelude::any::<[u8; 4]>(),
+            hops in proptest::collection::vec(proptest::prelude::any::<[u8; 3]>(), 0..4),
+        ) {
+            let client = std::net::Ipv4Addr::from(client);
+            proptest::prop_assume!(!id().is_trusted(IpAddr::V4(client)));
+            let mut chain: Vec<String> = left.iter().map(|o| std::net::Ipv4Addr::from(*o).to_string()).collect();
+            chain.push(client.to_string());
+            chain.extend(hops.iter().map(|h| format!("10.{}.{}.{}", h[0], h[1], h[2])));
+            let mut h = HeaderMap::new();
+            h.insert("x-forwarded-for", chain.join(", ").parse().unwrap());
+            proptest::prop_assert_eq!(id().client_ip(ip("10.0.0.1"), &h), IpAddr::V4(client));
         }
     }
 }

@@ -7,7 +7,18 @@ use http::HeaderMap;
 use sluice_config::{KeySource, KeySpec};
 use sluice_store::{KeyHash, KeyHasher};
 
+use crate::body_key::JsonBody;
 use crate::identity::Client;
+
+/// Why a request's key cannot be built: it would let the client choose its bucket. Answered
+/// with 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyRefusal {
+    /// A header that a key is built from came in several lines: a front proxy that appends
+    /// would let the client pick which one counts.
+    #[error("The header `{0}` may appear once.")]
+    RepeatedHeader(String),
+}
 
 /// What a key may be built from, gathered once per request.
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +35,7 @@ pub struct RequestFacts<'a> {
     pub headers: &'a HeaderMap,
     /// The body parsed as JSON, when some key part needs it and it could be keyed
     /// (see [`crate::body_key`]).
-    pub json: Option<&'a serde_json::Value>,
+    pub json: Option<&'a JsonBody>,
 }
 
 /// The kind of key a limit was decided on, for logs: the source that the first part of its key
@@ -75,17 +86,30 @@ impl KeyBuilder {
     ///     keys.key("p", &spec, &facts)
     /// };
     /// let mut headers = http::HeaderMap::new();
-    /// let (by_ip, kind) = key(&headers);
+    /// let (by_ip, kind) = key(&headers).unwrap();
     /// assert_eq!(kind, "ip");
     /// headers.insert("x-api-key", "k1".parse().unwrap());
-    /// let (by_key, kind) = key(&headers);
+    /// let (by_key, kind) = key(&headers).unwrap();
     /// assert_eq!(kind, "header");
     /// assert_ne!(by_ip, by_key);
+    /// headers.append("x-api-key", "k2".parse().unwrap());
+    /// assert!(key(&headers).is_err(), "two lines of a keyed header: the client would choose");
     /// ```
-    pub fn key(&self, policy: &str, spec: &KeySpec, facts: &RequestFacts<'_>) -> (KeyHash, KeyKind) {
+    pub fn key(
+        &self,
+        policy: &str,
+        spec: &KeySpec,
+        facts: &RequestFacts<'_>,
+    ) -> Result<(KeyHash, KeyKind), KeyRefusal> {
         let mut found: Vec<(KeyKind, Cow<'_, [u8]>)> = Vec::with_capacity(spec.parts.len());
         for chain in &spec.parts {
-            let part = chain.iter().find_map(|source| self.value_of(source, facts).map(|v| (source.kind(), v)));
+            let mut part = None;
+            for source in chain {
+                if let Some(v) = self.value_of(source, facts)? {
+                    part = Some((source.kind(), v));
+                    break;
+                }
+            }
             found.push(part.unwrap_or(("absent", Cow::Borrowed(&[]))));
         }
         let kind = found.first().map_or("absent", |(k, _)| *k);
@@ -95,7 +119,7 @@ impl KeyBuilder {
             parts.push(k.as_bytes());
             parts.push(v);
         }
-        (self.hasher.hash(&parts), kind)
+        Ok((self.hasher.hash(&parts), kind))
     }
 
     /// The key of a decision API check: the caller names the key itself, so it is hashed apart
@@ -104,37 +128,83 @@ impl KeyBuilder {
         self.hasher.hash(&[policy.as_bytes(), b"api", key.as_bytes()])
     }
 
-    fn value_of<'a>(&self, source: &'a KeySource, f: &RequestFacts<'a>) -> Option<Cow<'a, [u8]>> {
-        let header =
-            |name: &str| f.headers.get(name).map(|v| v.as_bytes()).filter(|v| !v.is_empty()).map(Cow::Borrowed);
-        match source {
+    /// The value of one source for a request: `Ok(None)` when absent (a later source of the
+    /// chain is tried), an error when the request is ambiguous about it.
+    fn value_of<'a>(&self, source: &'a KeySource, f: &RequestFacts<'a>) -> Result<Option<Cow<'a, [u8]>>, KeyRefusal> {
+        let header = |name: &str| {
+            let mut lines = f.headers.get_all(name).iter();
+            let first = lines.next();
+            if lines.next().is_some() {
+                return Err(KeyRefusal::RepeatedHeader(name.to_owned()));
+            }
+            Ok(first.map(|v| v.as_bytes()).filter(|v| !v.is_empty()).map(Cow::Borrowed))
+        };
+        Ok(match source {
             KeySource::Ip => Some(Cow::Owned(match f.client.grouped {
                 IpAddr::V4(v4) => v4.octets().to_vec(),
                 IpAddr::V6(v6) => v6.octets().to_vec(),
             })),
-            KeySource::Header(name) => header(name),
-            KeySource::User => {
-                if !f.client.peer_trusted {
-                    return None;
-                }
-                header(self.user_header.as_deref()?)
-            }
-            KeySource::Json(pointer) => {
-                let value = f.json?.pointer(pointer)?;
-                let text = match value {
-                    serde_json::Value::String(s) => s.trim().to_lowercase(),
-                    serde_json::Value::Number(n) => n.to_string(),
-                    serde_json::Value::Bool(b) => b.to_string(),
-                    _ => return None,
-                };
-                (!text.is_empty()).then(|| Cow::Owned(text.into_bytes()))
-            }
-            KeySource::Method => Some(Cow::Borrowed(f.method.as_bytes())),
+            KeySource::Header(name) => header(name)?,
+            KeySource::User => match (&self.user_header, f.client.peer_trusted) {
+                // Only a trusted proxy sets the user header; anyone else's is not read at all.
+                (Some(name), true) => header(name)?,
+                _ => None,
+            },
+            // A body with an ambiguous keyed field was refused before keys were built.
+            KeySource::Json(pointer) => f
+                .json
+                .and_then(|j| j.pointer(pointer).ok().flatten())
+                .and_then(JsonBody::key_text)
+                .map(|t| Cow::Owned(t.into_bytes())),
+            // Routes match methods whatever their case, and HEAD as GET: keys read them alike.
+            KeySource::Method => Some(match canonical_method(f.method) {
+                Cow::Borrowed(m) => Cow::Borrowed(m.as_bytes()),
+                Cow::Owned(m) => Cow::Owned(m.into_bytes()),
+            }),
             KeySource::Path => Some(Cow::Borrowed(f.path.as_bytes())),
             KeySource::Route => Some(Cow::Borrowed(f.route.as_bytes())),
             KeySource::Const(c) => Some(Cow::Borrowed(c.as_bytes())),
-        }
+            KeySource::Email(inner) => {
+                self.value_of(inner, f)?.and_then(|v| email_key(&v)).map(|e| Cow::Owned(e.into_bytes()))
+            }
+        })
     }
+}
+
+/// The method as routes match it: upper case, `HEAD` as `GET`. Borrows the common spellings.
+fn canonical_method(method: &str) -> Cow<'_, str> {
+    if method.eq_ignore_ascii_case("HEAD") {
+        return Cow::Borrowed("GET");
+    }
+    if method.bytes().any(|b| b.is_ascii_lowercase()) {
+        Cow::Owned(method.to_ascii_uppercase())
+    } else {
+        Cow::Borrowed(method)
+    }
+}
+
+/// An address as one account: trimmed, lower-cased, `+tag` dropped from the local part. `None`
+/// when nothing is left of it.
+///
+/// ```
+/// # use sluice_http::keys::email_key;
+/// assert_eq!(email_key(b" Victim+reset-2@Example.COM ").as_deref(), Some("victim@example.com"));
+/// assert_eq!(email_key(b"victim@example.com").as_deref(), Some("victim@example.com"));
+/// assert_eq!(email_key(b"no-at-sign+x").as_deref(), Some("no-at-sign"));
+/// assert_eq!(email_key(b"+@x").as_deref(), Some("@x"));
+/// ```
+pub fn email_key(raw: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(raw).trim().to_lowercase();
+    let (local, domain) = match text.rsplit_once('@') {
+        Some((l, d)) => (l, Some(d)),
+        None => (text.as_str(), None),
+    };
+    let local = local.split_once('+').map_or(local, |(base, _tag)| base);
+    let out = match domain {
+        Some(d) => format!("{local}@{d}"),
+        None => local.to_owned(),
+    };
+    (!out.is_empty()).then_some(out)
 }
 
 #[cfg(test)]
@@ -150,7 +220,7 @@ mod tests {
         Client { ip, grouped: ip, peer_trusted: trusted }
     }
 
-    fn facts<'a>(h: &'a HeaderMap, json: Option<&'a serde_json::Value>, client: &'a Client) -> RequestFacts<'a> {
+    fn facts<'a>(h: &'a HeaderMap, json: Option<&'a JsonBody>, client: &'a Client) -> RequestFacts<'a> {
         RequestFacts { method: "POST", path: "/api/password-reset", route: "reset", client, headers: h, json }
     }
 
@@ -158,20 +228,27 @@ mod tests {
         KeyBuilder::new(KeyHasher::from_secret(b"0123456789abcdef"), Some("X-User-Id".into()))
     }
 
+    fn key(s: &KeySpec, f: &RequestFacts<'_>) -> (KeyHash, KeyKind) {
+        keys().key("p", s, f).expect("a key")
+    }
+
     #[test]
     fn json_keys_are_trimmed_and_lower_cased_and_absent_fields_share_a_key() {
         let h = HeaderMap::new();
         let c = client(false);
         let s = spec(&[&[KeySource::Json("/email".into())]]);
-        let a = serde_json::json!({"email": "Victim@Example.com "});
-        let b = serde_json::json!({"email": "victim@example.com"});
-        let none = serde_json::json!({"other": 1});
-        let ka = keys().key("p", &s, &facts(&h, Some(&a), &c));
-        assert_eq!(ka, keys().key("p", &s, &facts(&h, Some(&b), &c)));
+        let json = |t: &str| serde_json::from_str::<JsonBody>(t).unwrap();
+        let (a, b, none) = (
+            json(r#"{"email": "Victim@Example.com "}"#),
+            json(r#"{"email": "victim@example.com"}"#),
+            json(r#"{"other": 1}"#),
+        );
+        let ka = key(&s, &facts(&h, Some(&a), &c));
+        assert_eq!(ka, key(&s, &facts(&h, Some(&b), &c)));
         assert_eq!(ka.1, "json");
-        let kn = keys().key("p", &s, &facts(&h, Some(&none), &c));
+        let kn = key(&s, &facts(&h, Some(&none), &c));
         assert_eq!(kn.1, "absent");
-        assert_eq!(kn, keys().key("p", &s, &facts(&h, None, &c)));
+        assert_eq!(kn, key(&s, &facts(&h, None, &c)));
         assert_ne!(ka.0, kn.0);
     }
 
@@ -180,8 +257,15 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-user-id", "alice".parse().unwrap());
         let s = spec(&[&[KeySource::User, KeySource::Ip]]);
-        assert_eq!(keys().key("p", &s, &facts(&h, None, &client(true))).1, "user");
-        assert_eq!(keys().key("p", &s, &facts(&h, None, &client(false))).1, "ip");
+        assert_eq!(key(&s, &facts(&h, None, &client(true))).1, "user");
+        assert_eq!(key(&s, &facts(&h, None, &client(false))).1, "ip");
+        // Repeated from a trusted proxy: refused; from anyone else it is not read at all.
+        h.append("x-user-id", "admin".parse().unwrap());
+        assert_eq!(
+            keys().key("p", &s, &facts(&h, None, &client(true))),
+            Err(KeyRefusal::RepeatedHeader("x-user-id".into()))
+        );
+        assert_eq!(key(&s, &facts(&h, None, &client(false))).1, "ip");
     }
 
     #[test]
@@ -196,12 +280,38 @@ mod tests {
     }
 
     #[test]
+    fn methods_are_keyed_as_routes_match_them() {
+        let h = HeaderMap::new();
+        let c = client(false);
+        let s = spec(&[&[KeySource::Method]]);
+        let with = |m: &'static str| key(&s, &RequestFacts { method: m, ..facts(&h, None, &c) });
+        assert_eq!(with("GET"), with("get"));
+        assert_eq!(with("GET"), with("HEAD"));
+        assert_eq!(with("GET"), with("hEaD"));
+        assert_ne!(with("GET"), with("POST"));
+    }
+
+    #[test]
+    fn email_parts_fold_plus_tags_into_one_account() {
+        let h = HeaderMap::new();
+        let c = client(false);
+        let s = spec(&[&[KeySource::Email(Box::new(KeySource::Json("/email".into())))]]);
+        let json = |t: &str| serde_json::from_str::<JsonBody>(t).unwrap();
+        let plain = json(r#"{"email":"victim@example.com"}"#);
+        let tagged = json(r#"{"email":" Victim+reset9@Example.com"}"#);
+        assert_eq!(key(&s, &facts(&h, Some(&plain), &c)), key(&s, &facts(&h, Some(&tagged), &c)));
+        // Without email(...), a +tag is another account (the default keeps addresses apart).
+        let raw = spec(&[&[KeySource::Json("/email".into())]]);
+        assert_ne!(key(&raw, &facts(&h, Some(&plain), &c)).0, key(&raw, &facts(&h, Some(&tagged), &c)).0);
+    }
+
+    #[test]
     fn named_keys_never_meet_request_keys() {
         // A decision API caller naming the raw bytes a request key would hash cannot reach it.
         let h = HeaderMap::new();
         let c = client(false);
         let s = spec(&[&[KeySource::Const("global".into())]]);
-        let request = keys().key("p", &s, &facts(&h, None, &c)).0;
+        let request = key(&s, &facts(&h, None, &c)).0;
         assert_ne!(request, keys().named("p", "global"));
         assert_ne!(request, keys().named("p", "constglobal"));
     }

@@ -10,19 +10,21 @@
 //! The gateway, the tower layer, the decision API and the other faces of `sluice-gateway` differ
 //! only in where the facts come from and what they do with the [`Action`].
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, StatusCode};
-use sluice_config::{Config, HeaderStyle, RouteLimit};
+use sluice_config::{Config, HeaderStyle, PathRefusal, RouteLimit, request_path};
 use sluice_core::{Clock, SystemClock};
 use sluice_store::{Check, KeyHasher, Store, StoreError};
 
+use crate::body_key::BodyRefusal;
 use crate::enforce::{Enforcer, Outcome, PolicyInfo};
 use crate::headers::{LimitView, write_denied, write_rate_limit_headers};
 use crate::identity::{Client, ClientIdentity};
-use crate::keys::{KeyBuilder, KeyKind, RequestFacts};
+use crate::keys::{KeyBuilder, KeyKind, KeyRefusal, RequestFacts};
 use crate::response::Answer;
 
 /// Decides requests: who sent them, their keys, the store's decision, and the answer.
@@ -77,10 +79,12 @@ pub enum Action {
 /// A request's checks, not yet decided.
 #[derive(Debug, Clone)]
 pub struct Checks {
-    /// One check per limit, in the limits' order.
+    /// One check per limit decided, in the limits' order.
     checks: Vec<Check>,
     /// The kind of key of each check.
     kinds: Vec<KeyKind>,
+    /// Where each check's limit stands in the face's list of limits (a route's), for counters.
+    positions: Vec<usize>,
     /// When key building started (the decision's timing starts there).
     started: Instant,
 }
@@ -88,8 +92,37 @@ pub struct Checks {
 impl Checks {
     /// Checks built by the caller (the decision API names its keys), each with its key kind.
     pub fn new(checks: Vec<Check>, kinds: Vec<KeyKind>) -> Self {
-        Self { checks, kinds, started: Instant::now() }
+        let positions = (0..checks.len()).collect();
+        Self { checks, kinds, positions, started: Instant::now() }
     }
+}
+
+/// Why a request is refused before any limit decides it (400): its path, a key it names or its
+/// body is ambiguous, so deciding it would let the client choose what it is limited as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The path is read differently by different upstreams.
+    #[error(transparent)]
+    Path(#[from] PathRefusal),
+    /// A header a key is built from is repeated.
+    #[error(transparent)]
+    Key(#[from] KeyRefusal),
+    /// The body a key is read from cannot be keyed.
+    #[error(transparent)]
+    Body(#[from] BodyRefusal),
+}
+
+impl Refusal {
+    /// The 400 that answers it.
+    pub fn answer(&self) -> Answer {
+        Answer::bad_request(&self.to_string())
+    }
+}
+
+/// The path a request is routed and keyed by ([`sluice_config::request_path`]), or why it is
+/// refused.
+pub fn route_path(raw: &str) -> Result<Cow<'_, str>, Refusal> {
+    Ok(request_path(raw)?)
 }
 
 /// One request's decision: its checks, the key kinds, the time it took, the store's outcome.
@@ -101,6 +134,8 @@ pub struct Ruling<'a> {
     pub checks: Vec<Check>,
     /// The kind of key each check was decided on (same order), for logs.
     pub kinds: Vec<KeyKind>,
+    /// Where each check's limit stands in the face's list of limits (same order).
+    pub positions: Vec<usize>,
     /// Where the time went.
     pub timing: Timing,
     /// Every check's decision, or why the store could not decide.
@@ -159,30 +194,44 @@ impl Limiter {
     }
 
     /// The checks of a request under `limits`: each limit's key built from `facts`. Built
-    /// before anything is awaited, so the request need not be held across the store call.
-    pub fn checks(&self, limits: &[RouteLimit], facts: &RequestFacts<'_>) -> Checks {
+    /// before anything is awaited, so the request need not be held across the store call. A
+    /// request whose key is ambiguous (a keyed header in several lines) is refused (400).
+    pub fn checks(&self, limits: &[RouteLimit], facts: &RequestFacts<'_>) -> Result<Checks, Refusal> {
+        self.checks_of(limits, facts, |_| true)
+    }
+
+    /// [`Limiter::checks`] for the limits that `which` picks (e.g. those that need no body, to
+    /// decide them before the body is read).
+    pub fn checks_of(
+        &self,
+        limits: &[RouteLimit],
+        facts: &RequestFacts<'_>,
+        which: impl Fn(&RouteLimit) -> bool,
+    ) -> Result<Checks, Refusal> {
         let started = Instant::now();
         let mut checks = Vec::with_capacity(limits.len());
         let mut kinds = Vec::with_capacity(limits.len());
-        for l in limits {
+        let mut positions = Vec::with_capacity(limits.len());
+        for (i, l) in limits.iter().enumerate().filter(|(_, l)| which(l)) {
             let name = self.enforcer.policies().get(l.policy).map_or("", |p| p.name.as_str());
-            let (key, kind) = self.keys.key(name, &l.key, facts);
+            let (key, kind) = self.keys.key(name, &l.key, facts)?;
             checks.push(Check { policy: l.policy, key, cost: l.cost });
             kinds.push(kind);
+            positions.push(i);
         }
-        Checks { checks, kinds, started }
+        Ok(Checks { checks, kinds, positions, started })
     }
 
     /// Decides `checks` together (admitted only if every enforced limit admits).
     pub async fn decide(&self, checks: Checks) -> Ruling<'_> {
-        let Checks { checks, kinds, started } = checks;
+        let Checks { checks, kinds, positions, started } = checks;
         let asked = Instant::now();
         let outcome = self.enforcer.decide(&checks).await;
         let timing = Timing::since(started, asked);
         if let Err(e) = &outcome {
             tracing::debug!(target: "sluice::store", error = %e, "store could not decide");
         }
-        Ruling { limiter: self, checks, kinds, timing, outcome }
+        Ruling { limiter: self, checks, kinds, positions, timing, outcome }
     }
 
     fn unix_now(&self) -> u64 {
@@ -191,6 +240,22 @@ impl Limiter {
 }
 
 impl Ruling<'_> {
+    /// This ruling followed by `later`, decided after it admitted (the limits that needed the
+    /// body, once it was read). The request is admitted only if both admitted. What this ruling
+    /// charged stays charged if `later` denies: an error only in the strict direction.
+    pub fn then(mut self, later: Ruling<'_>) -> Self {
+        self.outcome = match (self.outcome, later.outcome) {
+            (Ok(a), Ok(b)) => Ok(a.then(b)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        self.checks.extend(later.checks);
+        self.kinds.extend(later.kinds);
+        self.positions.extend(later.positions);
+        self.timing.decision_ns += later.timing.decision_ns;
+        self.timing.store_ns += later.timing.store_ns;
+        self
+    }
+
     /// The policies, indexed as the checks refer to them.
     pub fn policies(&self) -> &[PolicyInfo] {
         self.limiter.policies()

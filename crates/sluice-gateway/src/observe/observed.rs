@@ -138,7 +138,7 @@ impl Observed {
         let policies = ruling.policies();
         match &ruling.outcome {
             Ok(outcome) => {
-                self.decided(route, &ruling.checks, policies, outcome, ruling.timing);
+                self.decided(route, &ruling.checks, &ruling.positions, policies, outcome, ruling.timing);
                 PendingLine(self.pick(outcome).map(|(i, verdict)| {
                     let kind = ruling.kinds.get(i).copied().unwrap_or("absent");
                     self.line(
@@ -154,7 +154,8 @@ impl Observed {
             }
             Err(e) => {
                 let kind = ruling.kinds.first().copied().unwrap_or("absent");
-                PendingLine(self.failed(route, route_name, &ruling.checks, policies, e, ruling.timing, kind))
+                let (checks, positions) = (&ruling.checks, &ruling.positions);
+                PendingLine(self.failed(route, route_name, checks, positions, policies, e, ruling.timing, kind))
             }
         }
     }
@@ -167,12 +168,15 @@ impl Observed {
     }
 
     /// Counts the decision of route `route` (`None`: the decision API, whose limits are
-    /// indexed by policy) for `checks`: every limit's own decision, the request's outcome, the
-    /// durations. `policies` tells shadow policies apart.
+    /// indexed by policy) for `checks` (each at `positions[i]` among the route's limits): every
+    /// limit's own decision, the request's outcome, the durations. `policies` tells shadow
+    /// policies apart.
+    #[allow(clippy::too_many_arguments)]
     pub fn decided(
         &self,
         route: Option<usize>,
         checks: &[Check],
+        positions: &[usize],
         policies: &[PolicyInfo],
         outcome: &Outcome,
         timing: Timing,
@@ -184,7 +188,7 @@ impl Observed {
             if outcome.not_evaluated.contains(&i) {
                 continue;
             }
-            let slot = if route.is_some() { i } else { check.policy };
+            let slot = if route.is_some() { positions.get(i).copied().unwrap_or(i) } else { check.policy };
             let shadow = policies.get(check.policy).is_some_and(|p| p.shadow);
             let which = match (d.allowed, shadow) {
                 (true, _) => ALLOWED,
@@ -206,6 +210,7 @@ impl Observed {
         route: Option<usize>,
         route_name: &'a str,
         checks: &[Check],
+        positions: &[usize],
         policies: &'a [PolicyInfo],
         error: &StoreError,
         timing: Timing,
@@ -216,7 +221,7 @@ impl Observed {
         self.observer.store_failed(self.store, error);
         if let Some(h) = self.handles(route) {
             for (i, check) in checks.iter().enumerate() {
-                let slot = if route.is_some() { i } else { check.policy };
+                let slot = if route.is_some() { positions.get(i).copied().unwrap_or(i) } else { check.policy };
                 if let Some(c) = h.limits.get(slot) {
                     c[ERROR].inc();
                 }

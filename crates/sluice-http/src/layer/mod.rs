@@ -9,14 +9,14 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use ipnet::IpNet;
-use sluice_config::{HeaderStyle, KeySpec, RouteLimit, normalize_path};
+use sluice_config::{HeaderStyle, KeySpec, RouteLimit};
 use sluice_store::{KeyHasher, Store};
 use tower::{Layer, Service};
 
 use crate::enforce::Enforcer;
 use crate::identity::ClientIdentity;
 use crate::keys::{KeyBuilder, RequestFacts};
-use crate::pipeline::{Action, Limiter};
+use crate::pipeline::{Action, Limiter, route_path};
 
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
@@ -245,16 +245,26 @@ where
         let limiter = &shared.limiter;
         let peer = (shared.peer)(req.extensions()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let client = limiter.client(peer, req.headers());
-        let path = normalize_path(req.uri().path());
-        let facts = RequestFacts {
-            method: req.method().as_str(),
-            path: &path,
-            route: &path,
-            client: &client,
-            headers: req.headers(),
-            json: None,
+        // What the pipeline refuses (an ambiguous path or key) is answered here, unlimited
+        // requests never reach the service.
+        let checks = route_path(req.uri().path()).and_then(|path| {
+            let facts = RequestFacts {
+                method: req.method().as_str(),
+                path: &path,
+                route: &path,
+                client: &client,
+                headers: req.headers(),
+                json: None,
+            };
+            limiter.checks(&shared.limits, &facts)
+        });
+        let checks = match checks {
+            Ok(c) => c,
+            Err(refused) => {
+                let answer = refused.answer();
+                return Box::pin(async move { Ok(answer.into_response(R::from)) });
+            }
         };
-        let checks = limiter.checks(&shared.limits, &facts);
         Box::pin(async move {
             let ruling = shared.limiter.decide(checks).await;
             let delay = match ruling.action() {
