@@ -87,4 +87,4 @@ pub use plan::{MAX_LIMIT, MAX_SPAN_MICROS};
 pub use script::{SCRIPT_SOURCE, script_sha};
 pub use slot::key_slot;
 pub use stats::RedisStats;
-pub use store::{Outcome, RedisStore, Source};
+pub use store::{RedisStore, Source, SourcedVerdict};

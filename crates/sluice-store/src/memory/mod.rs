@@ -1,5 +1,8 @@
 //! The embedded store: sharded, bounded, and atomic across a request's several limits.
 
+mod counters;
+mod layout;
+mod options;
 mod request;
 mod shard;
 mod slot;
@@ -12,40 +15,11 @@ use std::sync::atomic::Ordering;
 
 use sluice_core::{Clock, Decision, Nanos};
 
-use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
 use table::Table;
 
+pub use options::{MemoryOptions, WhenFull};
 pub use shard::{FRESH_SCAN, LRU_SAMPLE};
-
-/// What a full shard does with a new key once no fresh entry is left to drop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WhenFull {
-    /// Evict the least recently used key (approximately: the oldest of [`LRU_SAMPLE`] sampled
-    /// keys; exactly, in a shard of at most that many keys).
-    #[default]
-    EvictLru,
-    /// Refuse the new key: the request fails with [`StoreError::Full`].
-    Refuse,
-}
-
-/// Sizing of a [`MemoryStore`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryOptions {
-    /// The most keys kept per policy (at least 1), split evenly across the shards.
-    pub max_keys: usize,
-    /// Shards per policy: rounded up to a power of two, at most 4096, and lowered so that each
-    /// shard holds at least one key.
-    pub shards: usize,
-    /// What to do when a shard is full of live keys.
-    pub when_full: WhenFull,
-}
-
-impl Default for MemoryOptions {
-    /// 1,000,000 keys per policy in 64 shards, evicting the least recently used.
-    fn default() -> Self {
-        Self { max_keys: 1_000_000, shards: 64, when_full: WhenFull::EvictLru }
-    }
-}
 
 /// Counters of one policy, from [`MemoryStore::stats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +99,7 @@ impl MemoryStore {
     /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
     /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
     pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
-        request::validate(&self.policies, std::slice::from_ref(check))?;
+        validate_checks(&self.policies, std::slice::from_ref(check))?;
         request::decide_single(&self.tables[check.policy], check, now)
     }
 

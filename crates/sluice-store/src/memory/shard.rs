@@ -16,10 +16,11 @@ use std::sync::atomic::Ordering;
 
 use sluice_core::{CostError, Decision, Nanos, State};
 
-use super::slot::{Slot, Stored};
+use super::counters::Counters;
+use super::layout::Stored;
+use super::options::{MemoryOptions, WhenFull};
+use super::slot::Slot;
 use super::storage::Storage;
-use super::table::Counters;
-use super::{MemoryOptions, WhenFull};
 use crate::key::KeyHash;
 
 /// Entries examined for freshness per make-room step.

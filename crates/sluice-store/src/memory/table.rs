@@ -5,25 +5,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_core::Policy;
 
-use super::MemoryOptions;
+use super::counters::Counters;
+use super::layout::Stored;
+use super::options::{MAX_SHARDS, MemoryOptions};
 use super::shard::{Shard, ShardOps};
-use super::slot::Stored;
 use crate::key::KeyHash;
-
-/// Upper bound on shards per policy.
-pub(crate) const MAX_SHARDS: usize = 1 << 12;
 
 /// Gives every table a distinct, increasing id: locks are taken in (table id, shard) order, one
 /// global order even across stores that share tables after a rebuild.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Eviction and refusal counts of one table.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) evicted_fresh: AtomicU64,
-    pub(crate) evicted_lru: AtomicU64,
-    pub(crate) refused: AtomicU64,
-}
 
 /// A shard behind its lock.
 type LockedShard = Mutex<dyn ShardOps>;
