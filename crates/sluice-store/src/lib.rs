@@ -33,5 +33,5 @@ mod memory;
 mod store;
 
 pub use key::{KeyHash, KeyHasher};
-pub use memory::{FRESH_SCAN, LRU_SAMPLE, MemoryOptions, MemoryStore, PolicyStats, WhenFull};
+pub use memory::{FRESH_SCAN, FoldSize, LRU_SAMPLE, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore, PolicyStats, WhenFull};
 pub use store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};

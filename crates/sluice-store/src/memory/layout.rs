@@ -1,5 +1,5 @@
-//! Which slot and storage each algorithm's keys get, and the conversions between its state and
-//! the core's [`State`] enum.
+//! Which slot, storage and fold cell each algorithm's keys get, and the conversions between its
+//! state and the core's [`State`] enum.
 
 use sluice_core::{
     Algorithm, FixedWindow, FixedWindowState, GcraState, LeakyBucket, SlidingLog, SlidingLogState, SlidingWindow,
@@ -8,6 +8,7 @@ use sluice_core::{
 
 use super::slot::{PackedSlot, PlainSlot, Slot};
 use super::storage::{Dense, Inline, Storage};
+use super::summary::{BucketCell, CounterCell, LogCell, Summary, WindowCell};
 
 /// An algorithm the memory store can keep: its slot and shard layouts, and the conversions
 /// between its state and the core's [`State`] enum (used for a request's working copies).
@@ -18,6 +19,9 @@ pub(crate) trait Stored: Algorithm + Copy + Send + 'static {
     /// How a shard holds its slots.
     type Storage: Storage<Self::Slot>;
 
+    /// A cell of the summary evicted keys are folded into.
+    type Cell: Summary<Self>;
+
     /// The state as the core's enum.
     fn wrap(state: Self::State) -> State;
 
@@ -26,10 +30,11 @@ pub(crate) trait Stored: Algorithm + Copy + Send + 'static {
 }
 
 macro_rules! stored {
-    ($alg:ty, $slot:ident, $storage:ident, $state:ty, $variant:ident) => {
+    ($alg:ty, $slot:ident, $storage:ident, $state:ty, $variant:ident, $cell:ty) => {
         impl Stored for $alg {
             type Slot = $slot<$state>;
             type Storage = $storage<$slot<$state>>;
+            type Cell = $cell;
 
             fn wrap(state: $state) -> State {
                 State::$variant(state)
@@ -46,8 +51,8 @@ macro_rules! stored {
 }
 
 // Buckets (28-byte slots) fit 1M keys in 64 MiB inline; the larger states need the dense layout.
-stored!(TokenBucket, PackedSlot, Inline, GcraState, Gcra);
-stored!(LeakyBucket, PackedSlot, Inline, GcraState, Gcra);
-stored!(FixedWindow, PackedSlot, Dense, FixedWindowState, FixedWindow);
-stored!(SlidingWindow, PackedSlot, Dense, SlidingWindowState, SlidingWindow);
-stored!(SlidingLog, PlainSlot, Dense, SlidingLogState, SlidingLog);
+stored!(TokenBucket, PackedSlot, Inline, GcraState, Gcra, BucketCell);
+stored!(LeakyBucket, PackedSlot, Inline, GcraState, Gcra, BucketCell);
+stored!(FixedWindow, PackedSlot, Dense, FixedWindowState, FixedWindow, WindowCell);
+stored!(SlidingWindow, PackedSlot, Dense, SlidingWindowState, SlidingWindow, CounterCell);
+stored!(SlidingLog, PlainSlot, Dense, SlidingLogState, SlidingLog, LogCell);

@@ -7,6 +7,7 @@ mod request;
 mod shard;
 mod slot;
 mod storage;
+mod summary;
 mod table;
 
 use std::fmt;
@@ -18,7 +19,7 @@ use sluice_core::{Clock, Decision, Nanos};
 use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
 use table::Table;
 
-pub use options::{MemoryOptions, WhenFull};
+pub use options::{FoldSize, MAX_FOLD_DEPTH, MemoryOptions, WhenFull};
 pub use shard::{FRESH_SCAN, LRU_SAMPLE};
 
 /// Counters of one policy, from [`MemoryStore::stats`].
@@ -30,10 +31,14 @@ pub struct PolicyStats {
     pub keys: usize,
     /// Fresh entries dropped to make room (no decision changed).
     pub evicted_fresh: u64,
-    /// Live entries evicted as least recently used.
+    /// Live entries evicted as least recently used (folded into the summary under
+    /// [`WhenFull::Fold`], forgotten under [`WhenFull::Forget`]).
     pub evicted_lru: u64,
     /// Requests refused with [`StoreError::Full`].
     pub refused: u64,
+    /// An estimate of the heap bytes the policy's table holds: slots, index and fold summary
+    /// (not a sliding log's queues of timestamps). Bounded by `max_keys` and the summary's size.
+    pub bytes: usize,
 }
 
 /// The embedded, in-process store.
@@ -41,6 +46,14 @@ pub struct PolicyStats {
 /// Each policy has its own table of at most [`MemoryOptions::max_keys`] keys, split into shards
 /// by the key hash; each shard is a mutex around a compact hash index. Raw keys never reach it:
 /// it sees only [`crate::KeyHash`]es.
+///
+/// When a shard is full, fresh entries are dropped first (they decide as an absent key would);
+/// then, by default ([`WhenFull::Fold`]), the least recently used key is evicted and its state
+/// folded into a summary of fixed size, from which every key absent from the table starts: at
+/// least as strict as the state it was evicted with, so no flood of new keys can reset a limit
+/// (a key may start stricter than its own state when it shares summary cells with stricter
+/// keys). [`WhenFull::Refuse`] refuses new keys instead; [`WhenFull::Forget`] evicts and forgets,
+/// which can loosen limits.
 ///
 /// A request's checks are decided together: the shards involved are locked in one global order
 /// (so no two requests can deadlock, whatever the order of their keys), every check is decided,
@@ -146,6 +159,7 @@ impl MemoryStore {
                 evicted_fresh: t.counters.evicted_fresh.load(Ordering::Relaxed),
                 evicted_lru: t.counters.evicted_lru.load(Ordering::Relaxed),
                 refused: t.counters.refused.load(Ordering::Relaxed),
+                bytes: t.bytes(),
             })
             .collect()
     }

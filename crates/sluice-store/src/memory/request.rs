@@ -99,7 +99,7 @@ fn decide_many(
         let shard = &mut guards[t.group];
         t.exists = shard.contains(&t.key);
         if *n > 1 || !t.exists {
-            t.work = Some(shard.working(&t.key));
+            t.work = Some(shard.working(&t.key, now));
         }
     }
 
