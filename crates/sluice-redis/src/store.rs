@@ -152,12 +152,35 @@ impl RedisStore {
     /// Connects if needed and sends `PING`, within the timeout and outside the breaker: for a
     /// start-up check or a readiness probe.
     pub async fn ping(&self) -> Result<(), StoreError> {
+        self.query_once(&redis::cmd("PING")).await.map(drop)
+    }
+
+    /// Redis's `maxmemory-policy` (`CONFIG GET`, within the timeout and outside the breaker).
+    /// Anything but `noeviction` may evict keys that are still limited: see
+    /// [`crate::policy_may_evict_limits`]. Managed services often refuse `CONFIG`: an error
+    /// then, which a caller may ignore.
+    pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
+        let reply = self.query_once(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")).await?;
+        let unreadable = |why: String| StoreError::Unavailable(format!("redis: CONFIG GET maxmemory-policy: {why}"));
+        let pairs: std::collections::HashMap<String, String> =
+            redis::from_redis_value(&reply).map_err(|e| unreadable(e.to_string()))?;
+        pairs.get("maxmemory-policy").cloned().ok_or_else(|| unreadable("no such parameter in the reply".into()))
+    }
+
+    /// For a start-up log line: the warning of [`crate::eviction_warning`] for Redis's
+    /// `maxmemory-policy`, or `None` when it never evicts or cannot be read.
+    pub async fn eviction_warning(&self) -> Option<String> {
+        self.maxmemory_policy().await.ok().and_then(|p| crate::eviction_warning(&p))
+    }
+
+    /// One command, connecting if needed, within the timeout and outside the breaker.
+    async fn query_once(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
         let attempt = async {
             let mut conn = self.connector.get(&self.counters).await?;
-            conn.query(&redis::cmd("PING")).await
+            conn.query(cmd).await
         };
         match tokio::time::timeout(self.options.timeout, attempt).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => {
                 if breaks_connection(&e) {
                     self.connector.discard();
