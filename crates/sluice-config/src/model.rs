@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 use sluice_core::{Nanos, Policy};
+use sluice_store::WhenFull;
 
 use crate::path::normalize_path;
 #[cfg(doc)]
@@ -334,8 +335,10 @@ pub enum StoreConfig {
         max_keys: usize,
         /// Shards per policy (a power of two).
         shards: usize,
-        /// Evict the least recently used, or refuse new keys, when full of live entries.
-        evict_lru: bool,
+        /// What a shard full of live entries does with a new key (`when_full`): fold the least
+        /// recently used into the policy's summary (with its `fold_width` and `fold_depth`),
+        /// refuse, or forget it.
+        when_full: WhenFull,
     },
     /// Redis or Redis Cluster.
     Redis {

@@ -103,6 +103,8 @@ pub(crate) struct RawStore {
     pub key_prefix: Option<String>,
     pub max_keys: Option<usize>,
     pub when_full: Option<String>,
+    pub fold_width: Option<usize>,
+    pub fold_depth: Option<usize>,
     pub shards: Option<usize>,
 }
 

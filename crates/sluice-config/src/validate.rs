@@ -9,6 +9,7 @@ use sluice_core::{
     ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Nanos, Policy, SlidingLog, SlidingWindow,
     TokenBucket,
 };
+use sluice_store::{FoldSize, MAX_FOLD_DEPTH, WhenFull};
 
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
@@ -489,7 +490,7 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
 
 fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<StoreConfig, ConfigError> {
     let Some(raw) = raw else {
-        return Ok(StoreConfig::Memory { max_keys: 1_000_000, shards: 64, evict_lru: true });
+        return Ok(StoreConfig::Memory { max_keys: 1_000_000, shards: 64, when_full: WhenFull::default() });
     };
     let span = raw.span();
     let s = raw.into_inner();
@@ -515,12 +516,8 @@ fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<Store
             if !shards.is_power_of_two() {
                 return Err(err("shards", format!("{shards} is not a power of two")));
             }
-            let evict_lru = match s.when_full.as_deref().unwrap_or("evict-lru") {
-                "evict-lru" => true,
-                "refuse" => false,
-                other => return Err(err("when_full", format!("`{other}` is neither `evict-lru` nor `refuse`"))),
-            };
-            Ok(StoreConfig::Memory { max_keys, shards, evict_lru })
+            let when_full = when_full(&s).map_err(|(field, msg)| err(field, msg))?;
+            Ok(StoreConfig::Memory { max_keys, shards, when_full })
         }
         "redis" => {
             let urls = match (s.url, s.urls) {
@@ -567,6 +564,39 @@ fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<Store
         }
         other => Err(err("kind", format!("unknown store `{other}` (memory, redis)"))),
     }
+}
+
+/// `when_full`, `fold_width` and `fold_depth` of a memory store, or the field at fault and why.
+/// `evict-lru`, the old default, is a deprecated spelling of `fold`: it evicts without loosening.
+fn when_full(s: &RawStore) -> Result<WhenFull, (&'static str, String)> {
+    let other_than_fold = match s.when_full.as_deref().unwrap_or("fold") {
+        "fold" | "evict-lru" => None,
+        "refuse" => Some(WhenFull::Refuse),
+        "forget" => Some(WhenFull::Forget),
+        other => return Err(("when_full", format!("`{other}` is not fold, refuse or forget"))),
+    };
+    if let Some(when_full) = other_than_fold {
+        for (field, there) in [("fold_width", s.fold_width.is_some()), ("fold_depth", s.fold_depth.is_some())] {
+            if there {
+                return Err((field, "applies only to when_full = \"fold\"".into()));
+            }
+        }
+        return Ok(when_full);
+    }
+    let mut size = FoldSize::default();
+    if let Some(width) = s.fold_width {
+        if width == 0 {
+            return Err(("fold_width", "must be at least 1".into()));
+        }
+        size.width = Some(width);
+    }
+    if let Some(depth) = s.fold_depth {
+        if !(1..=MAX_FOLD_DEPTH).contains(&depth) {
+            return Err(("fold_depth", format!("{depth} is not between 1 and {MAX_FOLD_DEPTH}")));
+        }
+        size.depth = depth;
+    }
+    Ok(WhenFull::Fold(size))
 }
 
 fn decision_log(src: &Source<'_>, raw: Option<toml::Spanned<RawDecisionLog>>) -> Result<DecisionLog, ConfigError> {

@@ -1,6 +1,7 @@
 //! The configuration contract: the example parses, and every error names file, line, field.
 
 use sluice_config::{HeaderStyle, KeySource, OnDeny, PathPattern, StoreConfig, parse};
+use sluice_store::{FoldSize, WhenFull};
 
 const EXAMPLE: &str = include_str!("../../../examples/gateway.toml");
 
@@ -43,7 +44,7 @@ fn the_documented_example_parses_into_the_expected_model() {
     assert!(prefix.matches("GET", "/api/anything/else"));
     assert!(prefix.matches("GET", "/api"));
     assert!(!prefix.matches("GET", "/apix"));
-    assert_eq!(cfg.store, StoreConfig::Memory { max_keys: 1_000_000, shards: 64, evict_lru: true });
+    assert_eq!(cfg.store, StoreConfig::Memory { max_keys: 1_000_000, shards: 64, when_full: WhenFull::default() });
 }
 
 fn error_of(text: &str) -> String {
@@ -210,4 +211,31 @@ fn the_decision_api_answers_loopback_by_default() {
     assert!(e.starts_with("bad.toml:2: decision_api.max_cost:"), "{e}");
     let e = error_of("[decision_api]\ntoken = \"short\"\n");
     assert!(e.starts_with("bad.toml:2: decision_api.token: must be at least 16"), "{e}");
+}
+
+#[test]
+fn a_full_memory_store_folds_by_default_refuses_or_forgets_when_told() {
+    let when_full =
+        |store: &str| match parse("s.toml", &format!("[store]\nkind = \"memory\"\n{store}")).map(|c| c.store) {
+            Ok(StoreConfig::Memory { when_full, .. }) => Ok(when_full),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+    assert_eq!(when_full(""), Ok(WhenFull::Fold(FoldSize::default())));
+    assert_eq!(
+        when_full("when_full = \"fold\"\nfold_width = 4096\nfold_depth = 2\n"),
+        Ok(WhenFull::Fold(FoldSize { width: Some(4096), depth: 2 }))
+    );
+    // The old default, spelled as before: it evicts, now without loosening.
+    assert_eq!(when_full("when_full = \"evict-lru\"\n"), Ok(WhenFull::Fold(FoldSize::default())));
+    assert_eq!(when_full("when_full = \"refuse\"\n"), Ok(WhenFull::Refuse));
+    assert_eq!(when_full("when_full = \"forget\"\n"), Ok(WhenFull::Forget));
+    let e = when_full("when_full = \"lru\"\n").unwrap_err();
+    assert!(e.starts_with("s.toml:3: store.when_full:") && e.contains("fold, refuse or forget"), "{e}");
+    let e = when_full("when_full = \"refuse\"\nfold_depth = 2\n").unwrap_err();
+    assert!(e.starts_with("s.toml:4: store.fold_depth:"), "{e}");
+    let e = when_full("fold_depth = 9\n").unwrap_err();
+    assert!(e.starts_with("s.toml:3: store.fold_depth:") && e.contains("between 1 and 8"), "{e}");
+    let e = when_full("fold_width = 0\n").unwrap_err();
+    assert!(e.starts_with("s.toml:3: store.fold_width:"), "{e}");
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sluice_config::{Config, OnError, StoreConfig};
 use sluice_core::{Clock, SystemClock};
 use sluice_redis::{RedisOptions, RedisStore};
-use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store, WhenFull};
+use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store};
 
 use crate::error::GatewayError;
 
@@ -33,11 +33,9 @@ pub fn named_policies(config: &Config) -> Vec<NamedPolicy> {
 /// The memory store's options from `[store]` (defaults when the store is not `memory`).
 pub fn memory_options(config: &StoreConfig) -> MemoryOptions {
     match config {
-        StoreConfig::Memory { max_keys, shards, evict_lru } => MemoryOptions {
-            max_keys: *max_keys,
-            shards: *shards,
-            when_full: if *evict_lru { WhenFull::EvictLru } else { WhenFull::Refuse },
-        },
+        StoreConfig::Memory { max_keys, shards, when_full } => {
+            MemoryOptions { max_keys: *max_keys, shards: *shards, when_full: *when_full }
+        }
         StoreConfig::Redis { .. } => MemoryOptions::default(),
     }
 }

@@ -27,6 +27,10 @@
 //!   `prefix:policy:fingerprint:{hash}`: the fingerprint changes with the policy's algorithm or
 //!   parameters, so a reload never reads state written under others, and the hash is the keyed
 //!   [`sluice_store::KeyHash`]: no raw key reaches Redis.
+//! - **Redis must not evict.** Under a `maxmemory-policy` other than `noeviction` (the Redis
+//!   default), Redis may evict keys that are still limited, which resets their limits (every
+//!   key has an expiry, so `volatile-*` policies pick them too). [`RedisStore::eviction_warning`]
+//!   reads the policy, for a warning at start; see [`policy_may_evict_limits`].
 //! - **Failure modes** ([`OnError`]): `fail-open` admits and flags the verdict
 //!   ([`Source::FailOpen`]), `fail-closed` returns [`sluice_store::StoreError::Unavailable`] or
 //!   `Timeout` (503 with `Retry-After` at the gateway), `local` decides with an in-memory store of
@@ -73,6 +77,7 @@ mod connection;
 mod deny_cache;
 mod error;
 mod join;
+mod memory_policy;
 mod options;
 mod plan;
 mod script;
@@ -82,9 +87,10 @@ mod store;
 
 pub use breaker::BreakerState;
 pub use error::RedisStoreError;
+pub use memory_policy::{eviction_warning, policy_may_evict_limits};
 pub use options::{BreakerOptions, OnError, RedisOptions};
 pub use plan::{MAX_LIMIT, MAX_SPAN_MICROS};
 pub use script::{SCRIPT_SOURCE, script_sha};
 pub use slot::key_slot;
 pub use stats::RedisStats;
-pub use store::{Outcome, RedisStore, Source};
+pub use store::{RedisStore, Source, SourcedVerdict};

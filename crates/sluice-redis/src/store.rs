@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_core::{CostError, Decision, Nanos, SystemClock};
-use sluice_store::{Check, MemoryStore, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+use sluice_core::{Decision, Nanos, SystemClock};
+use sluice_store::{Check, MemoryStore, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
 
 use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::connection::{Connector, breaks_connection};
@@ -44,9 +44,9 @@ impl Source {
     }
 }
 
-/// A verdict and where it came from.
+/// A verdict and where it came from ([`RedisStore::decide_detailed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct SourcedVerdict {
     /// The verdict.
     pub verdict: Verdict,
     /// Where it came from.
@@ -152,12 +152,35 @@ impl RedisStore {
     /// Connects if needed and sends `PING`, within the timeout and outside the breaker: for a
     /// start-up check or a readiness probe.
     pub async fn ping(&self) -> Result<(), StoreError> {
+        self.query_once(&redis::cmd("PING")).await.map(drop)
+    }
+
+    /// Redis's `maxmemory-policy` (`CONFIG GET`, within the timeout and outside the breaker).
+    /// Anything but `noeviction` may evict keys that are still limited: see
+    /// [`crate::policy_may_evict_limits`]. Managed services often refuse `CONFIG`: an error
+    /// then, which a caller may ignore.
+    pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
+        let reply = self.query_once(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")).await?;
+        let unreadable = |why: String| StoreError::Unavailable(format!("redis: CONFIG GET maxmemory-policy: {why}"));
+        let pairs: std::collections::HashMap<String, String> =
+            redis::from_redis_value(&reply).map_err(|e| unreadable(e.to_string()))?;
+        pairs.get("maxmemory-policy").cloned().ok_or_else(|| unreadable("no such parameter in the reply".into()))
+    }
+
+    /// For a start-up log line: the warning of [`crate::eviction_warning`] for Redis's
+    /// `maxmemory-policy`, or `None` when it never evicts or cannot be read.
+    pub async fn eviction_warning(&self) -> Option<String> {
+        self.maxmemory_policy().await.ok().and_then(|p| crate::eviction_warning(&p))
+    }
+
+    /// One command, connecting if needed, within the timeout and outside the breaker.
+    async fn query_once(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
         let attempt = async {
             let mut conn = self.connector.get(&self.counters).await?;
-            conn.query(&redis::cmd("PING")).await
+            conn.query(cmd).await
         };
         match tokio::time::timeout(self.options.timeout, attempt).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => {
                 if breaks_connection(&e) {
                     self.connector.discard();
@@ -178,10 +201,13 @@ impl RedisStore {
     /// Decides `checks` together, and says where the verdict came from. `at` passes an explicit
     /// time in nanoseconds, which must be a whole number of microseconds; `None` uses the Redis
     /// server's clock.
-    pub async fn decide_detailed(&self, checks: &[Check], at: Option<Nanos>) -> Result<Outcome, StoreError> {
+    pub async fn decide_detailed(&self, checks: &[Check], at: Option<Nanos>) -> Result<SourcedVerdict, StoreError> {
         self.validate(checks, at)?;
         if checks.is_empty() {
-            return Ok(Outcome { verdict: Verdict { allowed: true, decisions: Vec::new() }, source: Source::Redis });
+            return Ok(SourcedVerdict {
+                verdict: Verdict { allowed: true, decisions: Vec::new() },
+                source: Source::Redis,
+            });
         }
         let (clock, start) = match at {
             Some(t) => (CacheClock::Explicit, t),
@@ -189,7 +215,7 @@ impl RedisStore {
         };
         if let Some(verdict) = self.cached_denial(checks, clock, start) {
             bump(&self.counters.deny_cache_hits);
-            return Ok(Outcome { verdict, source: Source::DenyCache });
+            return Ok(SourcedVerdict { verdict, source: Source::DenyCache });
         }
         let permit = match self.breaker.admit() {
             Admission::Call(p) => p,
@@ -213,7 +239,7 @@ impl RedisStore {
                         }
                     }
                 }
-                Ok(Outcome { verdict, source: Source::Redis })
+                Ok(SourcedVerdict { verdict, source: Source::Redis })
             }
             Ok(Err(Failure::Error(e))) => {
                 permit.failure();
@@ -234,14 +260,7 @@ impl RedisStore {
     }
 
     fn validate(&self, checks: &[Check], at: Option<Nanos>) -> Result<(), StoreError> {
-        for (index, c) in checks.iter().enumerate() {
-            let Some(p) = self.plans.get(c.policy) else {
-                return Err(StoreError::UnknownPolicy { index, policy: c.policy });
-            };
-            if c.cost > p.limit {
-                return Err(StoreError::Cost { index, source: CostError { cost: c.cost, capacity: p.limit } });
-            }
-        }
+        validate_checks(&self.policies, checks)?;
         if let Some(t) = at
             && (!t.is_multiple_of(1000) || t / 1000 > crate::plan::MAX_SPAN_MICROS * 4)
         {
@@ -279,7 +298,7 @@ impl RedisStore {
     }
 
     /// The failure path: the operator's choice.
-    fn on_failure(&self, checks: &[Check], at: Option<Nanos>, error: StoreError) -> Result<Outcome, StoreError> {
+    fn on_failure(&self, checks: &[Check], at: Option<Nanos>, error: StoreError) -> Result<SourcedVerdict, StoreError> {
         match self.options.on_error {
             OnError::FailOpen => {
                 bump(&self.counters.fail_open);
@@ -297,7 +316,7 @@ impl RedisStore {
                         }
                     })
                     .collect();
-                Ok(Outcome { verdict: Verdict { allowed: true, decisions }, source: Source::FailOpen })
+                Ok(SourcedVerdict { verdict: Verdict { allowed: true, decisions }, source: Source::FailOpen })
             }
             OnError::FailClosed => {
                 bump(&self.counters.fail_closed);
@@ -310,7 +329,7 @@ impl RedisStore {
                     Some(t) => local.decide_at(checks, t)?,
                     None => local.decide_now(checks)?,
                 };
-                Ok(Outcome { verdict, source: Source::Local })
+                Ok(SourcedVerdict { verdict, source: Source::Local })
             }
         }
     }
@@ -407,7 +426,7 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::{FixedWindow, NANOS_PER_SEC, Policy};
+    use sluice_core::{CostError, FixedWindow, NANOS_PER_SEC, Policy};
     use sluice_store::KeyHash;
 
     fn named(name: &str) -> NamedPolicy {

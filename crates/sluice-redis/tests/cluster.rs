@@ -45,6 +45,8 @@ async fn a_multi_limit_request_across_slots_is_decided_per_slot_group() {
         }
     }
     let (a, b, c) = (keys[0], keys[1], keys[2]);
+    // The start-up check reads the memory policy of a Cluster too.
+    assert_eq!(s.maxmemory_policy().await.as_deref(), Ok("noeviction"));
     // a under both policies shares one slot (the tag is the key hash): three groups in all.
     let request = [
         Check { policy: 0, key: a, cost: 1 },

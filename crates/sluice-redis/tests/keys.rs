@@ -119,7 +119,7 @@ async fn the_script_is_sent_again_after_script_flush() {
     let s = store(&server, "flush");
     let key = KeyHasher::from_secret(b"secret").hash(&[b"k"]);
     let check = [Check { policy: 0, key, cost: 1 }];
-    let remaining = |o: &sluice_redis::Outcome| o.verdict.decisions[0].remaining;
+    let remaining = |o: &sluice_redis::SourcedVerdict| o.verdict.decisions[0].remaining;
     let first = s.decide_detailed(&check, Some(T)).await.unwrap();
     assert_eq!((first.source, remaining(&first)), (Source::Redis, 4));
     assert_eq!(s.stats().script_reloads, 1, "the first call loads the script");

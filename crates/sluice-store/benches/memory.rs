@@ -49,7 +49,7 @@ fn rss_bytes() -> Result<u64, String> {
 /// Child: fills a store with `KEYS` live keys of `name` and prints one result line.
 fn measure(name: &str) -> Result<(), String> {
     let policy = policy(name).ok_or_else(|| format!("unknown algorithm {name}"))?;
-    let options = MemoryOptions { max_keys: 1 << 21, shards: 64, when_full: WhenFull::EvictLru };
+    let options = MemoryOptions { max_keys: 1 << 21, shards: 64, when_full: WhenFull::default() };
     let now = 1_000 * NANOS_PER_SEC;
     let store =
         MemoryStore::new(vec![NamedPolicy { name: name.into(), policy }], options, Arc::new(ManualClock::new(now)));

@@ -3,7 +3,8 @@
 //! The [`Store`] trait that every sluice state backend implements, the keyed [`KeyHasher`] that
 //! turns identities into [`KeyHash`]es before anything is stored or logged, and the embedded
 //! default: [`MemoryStore`], sharded, bounded, and atomic across a request's several limits.
-//! [`conformance`] holds the suite every store must pass.
+//! With the `conformance` feature (for tests: stores enable it in their dev-dependencies),
+//! `conformance` holds the suite every store must pass.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -25,11 +26,12 @@
 //! assert!(store.decide_now(&request).unwrap().allowed);
 //! ```
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 mod key;
 mod memory;
 mod store;
 
 pub use key::{KeyHash, KeyHasher};
-pub use memory::{FRESH_SCAN, LRU_SAMPLE, MemoryOptions, MemoryStore, PolicyStats, WhenFull};
-pub use store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+pub use memory::{FRESH_SCAN, FoldSize, LRU_SAMPLE, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore, PolicyStats, WhenFull};
+pub use store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};

@@ -95,6 +95,34 @@ pub struct KeyStats {
     pub evicted_lru: u64,
 }
 
+/// Rejects a request that no store may decide: a check naming a policy not in `policies`
+/// ([`StoreError::UnknownPolicy`]) or costing more than its policy's limit can ever admit
+/// ([`StoreError::Cost`]), reported for the first such check. Every store calls it before it
+/// reads or charges anything, so a bad request charges nothing, whichever store decides it.
+///
+/// ```
+/// use sluice_core::{FixedWindow, Policy, NANOS_PER_SEC};
+/// use sluice_store::{Check, KeyHash, NamedPolicy, StoreError, validate_checks};
+///
+/// let policies = [NamedPolicy { name: "a".into(), policy: Policy::from(FixedWindow::new(2, NANOS_PER_SEC).unwrap()) }];
+/// let check = |policy, cost| Check { policy, key: KeyHash([1; 16]), cost };
+/// assert_eq!(validate_checks(&policies, &[check(0, 2)]), Ok(()));
+/// assert!(matches!(validate_checks(&policies, &[check(0, 1), check(0, 3)]), Err(StoreError::Cost { index: 1, .. })));
+/// assert_eq!(validate_checks(&policies, &[check(1, 1)]), Err(StoreError::UnknownPolicy { index: 0, policy: 1 }));
+/// ```
+pub fn validate_checks(policies: &[NamedPolicy], checks: &[Check]) -> Result<(), StoreError> {
+    for (index, c) in checks.iter().enumerate() {
+        let Some(p) = policies.get(c.policy) else {
+            return Err(StoreError::UnknownPolicy { index, policy: c.policy });
+        };
+        let capacity = p.policy.limit();
+        if c.cost > capacity {
+            return Err(StoreError::Cost { index, source: CostError { cost: c.cost, capacity } });
+        }
+    }
+    Ok(())
+}
+
 /// A boxed future returned by [`Store::decide`].
 pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, StoreError>> + Send + 'a>>;
 

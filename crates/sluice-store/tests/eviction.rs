@@ -1,5 +1,6 @@
 //! The bound on keys: fresh entries are dropped first (and no decision changes), then the least
-//! recently used is evicted or the new key refused; the counters say which happened.
+//! recently used is evicted (folded into the summary, or forgotten) or the new key refused; the
+//! counters say which happened.
 
 use std::sync::Arc;
 
@@ -37,7 +38,7 @@ fn counts(s: &PolicyStats) -> (usize, u64, u64, u64) {
 fn fresh_entries_are_dropped_first_and_no_decision_changes() {
     // Buckets of 10 refilled at 1/s: a charge of 1 is fresh again after 1 s, a charge of 5 after 5 s.
     let policies = vec![named("bucket", TokenBucket::new(10, 1.0).unwrap())];
-    let s = store(policies.clone(), 4, 1, WhenFull::EvictLru);
+    let s = store(policies.clone(), 4, 1, WhenFull::default());
     let mut reference = Reference::new(&policies);
     let mut both = |n: u64, cost: u64, at: u64| {
         let checks = one(0, n, cost);
@@ -62,24 +63,29 @@ fn fresh_entries_are_dropped_first_and_no_decision_changes() {
     assert_eq!(counts(&s.stats()[0]), (3, 2, 0, 0));
 }
 
-#[test]
-fn when_all_are_live_the_least_recently_used_is_evicted() {
-    // 100 tokens, one per 1000 s: nothing refills during the test.
-    let s = store(vec![named("bucket", TokenBucket::new(100, 0.001).unwrap())], 4, 1, WhenFull::EvictLru);
+/// Four live keys of a bucket that does not refill during a test, key 2 the least recently used,
+/// then a fifth key, which evicts key 2.
+fn key_2_evicted(when_full: WhenFull) -> MemoryStore {
+    let s = store(vec![named("bucket", TokenBucket::new(100, 0.001).unwrap())], 4, 1, when_full);
     for n in 1..=4 {
         assert!(s.decide_at(&one(0, n, 1), T).unwrap().allowed);
     }
     for n in [1, 3, 4] {
         s.decide_at(&one(0, n, 1), T).unwrap();
     }
-    // Key 2 is the least recently used.
     assert!(s.decide_at(&one(0, 5, 1), T).unwrap().allowed);
     assert_eq!(counts(&s.stats()[0]), (4, 0, 1, 0));
+    s
+}
+
+#[test]
+fn when_all_are_live_the_least_recently_used_is_evicted_and_forgotten_if_asked() {
+    let s = key_2_evicted(WhenFull::Forget);
     // Keys 1, 3, 4 kept both charges, key 5 its one.
     for (n, remaining) in [(1, 97), (3, 97), (4, 97), (5, 98)] {
         assert_eq!(s.decide_at(&one(0, n, 1), T).unwrap().decisions[0].remaining, remaining, "key {n}");
     }
-    // Key 2 lost its charge: it starts over (and evicts key 1, now the least recently used).
+    // Key 2 lost its charges: it starts over (and evicts key 1, now the least recently used).
     assert_eq!(s.decide_at(&one(0, 2, 1), T).unwrap().decisions[0].remaining, 99);
     assert_eq!(s.decide_at(&one(0, 3, 1), T).unwrap().decisions[0].remaining, 96);
     assert_eq!(s.decide_at(&one(0, 1, 1), T).unwrap().decisions[0].remaining, 99);
@@ -126,8 +132,10 @@ fn a_refused_request_charges_none_of_its_checks() {
 #[test]
 fn the_bound_holds_across_shards() {
     // 10 keys in 4 shards hold 3 + 3 + 2 + 2; 3 keys asked of 64 shards use 2 shards of 2 + 1.
+    // (Forgetting, so that every new key is admitted and stored: tests/fold.rs floods a folding
+    // store.)
     for (max_keys, shards) in [(10, 4), (3, 64), (1, 1)] {
-        let s = store(vec![named("w", FixedWindow::new(5, 60 * S).unwrap())], max_keys, shards, WhenFull::EvictLru);
+        let s = store(vec![named("w", FixedWindow::new(5, 60 * S).unwrap())], max_keys, shards, WhenFull::Forget);
         for n in 0..1_000 {
             assert!(s.decide_at(&one(0, n, 1), T).unwrap().allowed);
         }
@@ -151,7 +159,7 @@ fn a_request_that_leaves_a_key_fresh_stores_nothing() {
 #[test]
 fn counters_are_per_policy() {
     let policies = vec![named("a", FixedWindow::new(5, S).unwrap()), named("b", FixedWindow::new(5, S).unwrap())];
-    let s = store(policies, 2, 1, WhenFull::EvictLru);
+    let s = store(policies, 2, 1, WhenFull::default());
     for n in 0..5 {
         s.decide_at(&one(0, n, 1), T).unwrap();
     }
@@ -165,4 +173,17 @@ fn counters_are_per_policy() {
     assert_eq!(counts(&stats[0]), (2, 2, 3, 0));
     assert_eq!(stats[1].name, "b");
     assert_eq!(counts(&stats[1]), (1, 0, 0, 0));
+}
+
+#[test]
+fn when_all_are_live_the_least_recently_used_is_evicted_and_folded() {
+    // Folding (the default), an evicted key keeps its charges.
+    let s = key_2_evicted(WhenFull::default());
+    // Key 2 was folded with 99 tokens left: it comes back with them (or fewer, never more; here
+    // its summary cells, one per row in so small a store, hold nothing stricter).
+    assert_eq!(s.decide_at(&one(0, 2, 1), T).unwrap().decisions[0].remaining, 98);
+    // Key 1, evicted now with 98 left into the same cells, keeps its charges too.
+    assert_eq!(s.decide_at(&one(0, 3, 1), T).unwrap().decisions[0].remaining, 97);
+    assert_eq!(s.decide_at(&one(0, 1, 1), T).unwrap().decisions[0].remaining, 97);
+    assert_eq!(counts(&s.stats()[0]), (4, 0, 3, 0));
 }

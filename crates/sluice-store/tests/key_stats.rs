@@ -12,7 +12,7 @@ fn policy(name: &str, limit: u64) -> NamedPolicy {
 
 #[test]
 fn key_stats_count_keys_per_policy_and_lru_evictions() {
-    let options = MemoryOptions { max_keys: 4, shards: 1, when_full: WhenFull::EvictLru };
+    let options = MemoryOptions { max_keys: 4, shards: 1, when_full: WhenFull::default() };
     let store = MemoryStore::new(vec![policy("a", 10), policy("b", 10)], options, Arc::new(ManualClock::new(0)));
     let h = KeyHasher::from_secret(b"0123456789abcdef");
     // Six distinct live keys under "a" (4 fit: 2 evicted as LRU), one under "b".
@@ -35,7 +35,7 @@ fn key_stats_count_keys_per_policy_and_lru_evictions() {
 
 #[test]
 fn fresh_entries_are_evicted_first_and_counted_as_such() {
-    let options = MemoryOptions { max_keys: 2, shards: 1, when_full: WhenFull::EvictLru };
+    let options = MemoryOptions { max_keys: 2, shards: 1, when_full: WhenFull::default() };
     let store = MemoryStore::new(vec![policy("a", 10)], options, Arc::new(ManualClock::new(0)));
     let h = KeyHasher::from_secret(b"0123456789abcdef");
     for i in 0u8..2 {

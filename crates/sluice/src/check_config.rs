@@ -71,11 +71,9 @@ pub fn describe(c: &Config) -> String {
         if s.key_secret.is_some() { "set (<redacted>)" } else { "none (random per process)" }
     );
     let _ = match &c.store {
-        StoreConfig::Memory { max_keys, shards, evict_lru } => writeln!(
-            out,
-            "store: memory, {max_keys} keys per policy, {shards} shards, when full: {}",
-            if *evict_lru { "evict-lru" } else { "refuse" }
-        ),
+        StoreConfig::Memory { max_keys, shards, when_full } => {
+            writeln!(out, "store: memory, {max_keys} keys per policy, {shards} shards, when full: {}", when_full.name())
+        }
         StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => writeln!(
             out,
             "store: redis {} (cluster: {cluster}), on error: {on_error:?}, timeout {timeout_ms} ms, prefix {key_prefix}",

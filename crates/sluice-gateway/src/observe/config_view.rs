@@ -95,11 +95,11 @@ fn policy_json(p: &Policy) -> Value {
 
 fn store_json(s: &StoreConfig) -> Value {
     match s {
-        StoreConfig::Memory { max_keys, shards, evict_lru } => json!({
+        StoreConfig::Memory { max_keys, shards, when_full } => json!({
             "kind": "memory",
             "max_keys": max_keys,
             "shards": shards,
-            "when_full": if *evict_lru { "evict-lru" } else { "refuse" },
+            "when_full": when_full.name(),
         }),
         StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => json!({
             "kind": "redis",

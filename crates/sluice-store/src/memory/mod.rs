@@ -1,9 +1,13 @@
 //! The embedded store: sharded, bounded, and atomic across a request's several limits.
 
+mod counters;
+mod layout;
+mod options;
 mod request;
 mod shard;
 mod slot;
 mod storage;
+mod summary;
 mod table;
 
 use std::fmt;
@@ -12,40 +16,11 @@ use std::sync::atomic::Ordering;
 
 use sluice_core::{Clock, Decision, Nanos};
 
-use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
 use table::Table;
 
+pub use options::{FoldSize, MAX_FOLD_DEPTH, MemoryOptions, WhenFull};
 pub use shard::{FRESH_SCAN, LRU_SAMPLE};
-
-/// What a full shard does with a new key once no fresh entry is left to drop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WhenFull {
-    /// Evict the least recently used key (approximately: the oldest of [`LRU_SAMPLE`] sampled
-    /// keys; exactly, in a shard of at most that many keys).
-    #[default]
-    EvictLru,
-    /// Refuse the new key: the request fails with [`StoreError::Full`].
-    Refuse,
-}
-
-/// Sizing of a [`MemoryStore`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryOptions {
-    /// The most keys kept per policy (at least 1), split evenly across the shards.
-    pub max_keys: usize,
-    /// Shards per policy: rounded up to a power of two, at most 4096, and lowered so that each
-    /// shard holds at least one key.
-    pub shards: usize,
-    /// What to do when a shard is full of live keys.
-    pub when_full: WhenFull,
-}
-
-impl Default for MemoryOptions {
-    /// 1,000,000 keys per policy in 64 shards, evicting the least recently used.
-    fn default() -> Self {
-        Self { max_keys: 1_000_000, shards: 64, when_full: WhenFull::EvictLru }
-    }
-}
 
 /// Counters of one policy, from [`MemoryStore::stats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,10 +31,14 @@ pub struct PolicyStats {
     pub keys: usize,
     /// Fresh entries dropped to make room (no decision changed).
     pub evicted_fresh: u64,
-    /// Live entries evicted as least recently used.
+    /// Live entries evicted as least recently used (folded into the summary under
+    /// [`WhenFull::Fold`], forgotten under [`WhenFull::Forget`]).
     pub evicted_lru: u64,
     /// Requests refused with [`StoreError::Full`].
     pub refused: u64,
+    /// An estimate of the heap bytes the policy's table holds: slots, index and fold summary
+    /// (not a sliding log's queues of timestamps). Bounded by `max_keys` and the summary's size.
+    pub bytes: usize,
 }
 
 /// The embedded, in-process store.
@@ -67,6 +46,14 @@ pub struct PolicyStats {
 /// Each policy has its own table of at most [`MemoryOptions::max_keys`] keys, split into shards
 /// by the key hash; each shard is a mutex around a compact hash index. Raw keys never reach it:
 /// it sees only [`crate::KeyHash`]es.
+///
+/// When a shard is full, fresh entries are dropped first (they decide as an absent key would);
+/// then, by default ([`WhenFull::Fold`]), the least recently used key is evicted and its state
+/// folded into a summary of fixed size, from which every key absent from the table starts: at
+/// least as strict as the state it was evicted with, so no flood of new keys can reset a limit
+/// (a key may start stricter than its own state when it shares summary cells with stricter
+/// keys). [`WhenFull::Refuse`] refuses new keys instead; [`WhenFull::Forget`] evicts and forgets,
+/// which can loosen limits.
 ///
 /// A request's checks are decided together: the shards involved are locked in one global order
 /// (so no two requests can deadlock, whatever the order of their keys), every check is decided,
@@ -125,7 +112,7 @@ impl MemoryStore {
     /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
     /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
     pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
-        request::validate(&self.policies, std::slice::from_ref(check))?;
+        validate_checks(&self.policies, std::slice::from_ref(check))?;
         request::decide_single(&self.tables[check.policy], check, now)
     }
 
@@ -172,6 +159,7 @@ impl MemoryStore {
                 evicted_fresh: t.counters.evicted_fresh.load(Ordering::Relaxed),
                 evicted_lru: t.counters.evicted_lru.load(Ordering::Relaxed),
                 refused: t.counters.refused.load(Ordering::Relaxed),
+                bytes: t.bytes(),
             })
             .collect()
     }

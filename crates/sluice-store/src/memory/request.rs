@@ -3,12 +3,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
-use sluice_core::{CostError, Decision, Nanos, Policy, State};
+use sluice_core::{Decision, Nanos, Policy, State};
 
 use super::shard::{ShardError, ShardOps};
 use super::table::Table;
 use crate::key::KeyHash;
-use crate::store::{Check, NamedPolicy, StoreError, Verdict};
+use crate::store::{Check, NamedPolicy, StoreError, Verdict, validate_checks};
 
 /// Decides `checks` at `now`: all admitted and charged, or none charged.
 pub(crate) fn decide(
@@ -17,26 +17,12 @@ pub(crate) fn decide(
     checks: &[Check],
     now: Nanos,
 ) -> Result<Verdict, StoreError> {
-    validate(policies, checks)?;
+    validate_checks(policies, checks)?;
     match checks {
         [] => Ok(Verdict { allowed: true, decisions: Vec::new() }),
         [one] => decide_one(&tables[one.policy], one, now),
         _ => decide_many(policies, tables, checks, now),
     }
-}
-
-/// Rejects unknown policies and costs that can never be admitted, before anything is locked.
-pub(crate) fn validate(policies: &[NamedPolicy], checks: &[Check]) -> Result<(), StoreError> {
-    for (index, c) in checks.iter().enumerate() {
-        let Some(p) = policies.get(c.policy) else {
-            return Err(StoreError::UnknownPolicy { index, policy: c.policy });
-        };
-        let capacity = p.policy.limit();
-        if c.cost > capacity {
-            return Err(StoreError::Cost { index, source: CostError { cost: c.cost, capacity } });
-        }
-    }
-    Ok(())
 }
 
 fn full(table: &Table) -> StoreError {
@@ -113,7 +99,7 @@ fn decide_many(
         let shard = &mut guards[t.group];
         t.exists = shard.contains(&t.key);
         if *n > 1 || !t.exists {
-            t.work = Some(shard.working(&t.key));
+            t.work = Some(shard.working(&t.key, now));
         }
     }
 

@@ -5,7 +5,10 @@
 //! so dropping it changes no decision), examining at most [`FRESH_SCAN`] entries per step from a
 //! cursor that sweeps the shard, so every entry is looked at in turn and no request pays for a
 //! full scan; if none of them is fresh, it evicts the least recently used of [`LRU_SAMPLE`]
-//! sampled entries ([`WhenFull::EvictLru`]) or refuses ([`WhenFull::Refuse`]).
+//! sampled entries and folds its state into the shard's summary ([`WhenFull::Fold`], see
+//! [`super::summary`]), evicts it and forgets it ([`WhenFull::Forget`]), or refuses
+//! ([`WhenFull::Refuse`]). A key not in the table starts from its summary state (a fresh state
+//! until anything was folded).
 //!
 //! "Last used" is a 4-byte stamp per entry from a shard-local counter that ticks on every use,
 //! so recency is exact within a shard and costs no clock read; ages are compared with wrapping
@@ -16,10 +19,12 @@ use std::sync::atomic::Ordering;
 
 use sluice_core::{CostError, Decision, Nanos, State};
 
-use super::slot::{Slot, Stored};
+use super::counters::Counters;
+use super::layout::Stored;
+use super::options::{MemoryOptions, WhenFull};
+use super::slot::Slot;
 use super::storage::Storage;
-use super::table::Counters;
-use super::{MemoryOptions, WhenFull};
+use super::summary::{Sketch, Summary};
 use crate::key::KeyHash;
 
 /// Entries examined for freshness per make-room step.
@@ -54,8 +59,8 @@ pub(crate) trait ShardOps: Send {
     /// The decision a check would get, charging nothing; marks the key used.
     fn peek(&mut self, key: &KeyHash, now: Nanos, cost: u64) -> Result<Decision, CostError>;
 
-    /// A copy of the key's state (the fresh state when absent), for a request's working copy.
-    fn working(&mut self, key: &KeyHash) -> State;
+    /// A copy of the key's state (its summary state when absent), for a request's working copy.
+    fn working(&mut self, key: &KeyHash, now: Nanos) -> State;
 
     /// Makes room for `needed` new keys, never removing a key in `keep`. False when it cannot
     /// (refusing, or every remaining entry is kept).
@@ -70,6 +75,31 @@ pub(crate) trait ShardOps: Send {
 
     /// The number of keys held.
     fn len(&self) -> usize;
+
+    /// An estimate of the heap bytes held: slots, index and summary (not a sliding log's
+    /// queues).
+    fn bytes(&self) -> usize;
+}
+
+/// What every shard of a table shares.
+pub(crate) struct Setup {
+    /// What a full shard does.
+    pub(crate) when_full: WhenFull,
+    /// Under [`WhenFull::Fold`], each shard's summary size: (log2 of cells per row, rows).
+    pub(crate) fold: Option<(u32, usize)>,
+    /// The table's counters.
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl Setup {
+    /// The setup of a table of `shards` shards under `options`.
+    pub(crate) fn new(options: &MemoryOptions, shards: usize, counters: Arc<Counters>) -> Self {
+        let fold = match options.when_full {
+            WhenFull::Fold(size) => Some(size.per_shard(options.max_keys, shards)),
+            WhenFull::Refuse | WhenFull::Forget => None,
+        };
+        Self { when_full: options.when_full, fold, counters }
+    }
 }
 
 /// One shard for algorithm `A`.
@@ -85,19 +115,34 @@ pub(crate) struct Shard<A: Stored> {
     /// xorshift state for LRU sampling.
     rng: u64,
     counters: Arc<Counters>,
+    /// Under [`WhenFull::Fold`], the summary's size: (log2 of cells per row, rows).
+    fold: Option<(u32, usize)>,
+    /// The summary, allocated when the first live key is folded (its size never changes).
+    sketch: Option<Box<Sketch<A::Cell>>>,
 }
 
 impl<A: Stored> Shard<A> {
-    pub(crate) fn new(alg: A, cap: usize, options: &MemoryOptions, seed: u64, counters: Arc<Counters>) -> Self {
+    /// An empty shard of at most `cap` keys, of a table whose shards share `setup`.
+    pub(crate) fn new(alg: A, cap: usize, seed: u64, setup: &Setup) -> Self {
         Self {
             alg,
             slots: A::Storage::default(),
             cap,
-            when_full: options.when_full,
+            when_full: setup.when_full,
             cursor: 0,
             tick: 0,
             rng: seed | 1,
-            counters,
+            counters: Arc::clone(&setup.counters),
+            fold: setup.fold,
+            sketch: None,
+        }
+    }
+
+    /// The state a key not in the table starts from.
+    fn seed(&self, key: &KeyHash, now: Nanos) -> A::State {
+        match &self.sketch {
+            Some(sketch) => sketch.seed(&self.alg, &key.0, now),
+            None => A::State::default(),
         }
     }
 
@@ -163,8 +208,10 @@ impl<A: Stored> Shard<A> {
     }
 
     /// Evicts the least recently used of up to [`LRU_SAMPLE`] sampled entries (all of them in a
-    /// small shard). False when every candidate is kept.
-    fn evict_lru(&mut self, keep: &[KeyHash]) -> bool {
+    /// small shard), folding its state into the summary under [`WhenFull::Fold`]. False when
+    /// every candidate is kept, or when the victim's state cannot be folded (it was recorded
+    /// after `now`: the clock stepped back).
+    fn evict_lru(&mut self, keep: &[KeyHash], now: Nanos) -> bool {
         let positions = self.slots.positions();
         let mut oldest: Option<(u32, usize)> = None;
         let consider = |this: &Self, pos: usize, oldest: &mut Option<(u32, usize)>| -> bool {
@@ -195,14 +242,26 @@ impl<A: Stored> Shard<A> {
                 }
             }
         }
-        match oldest {
-            Some((_, pos)) => {
-                self.slots.remove(pos);
-                self.counters.evicted_lru.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            None => false,
+        let Some((_, pos)) = oldest else { return false };
+        if let Some((bits, depth)) = self.fold
+            && !self.fold_slot(pos, bits, depth, now)
+        {
+            return false;
         }
+        self.slots.remove(pos);
+        self.counters.evicted_lru.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Folds the state at `pos` into the summary (allocated now if this is the first fold).
+    /// False, folding nothing, when the state cannot be summarised.
+    fn fold_slot(&mut self, pos: usize, bits: u32, depth: usize, now: Nanos) -> bool {
+        let alg = self.alg;
+        let Some(slot) = self.slots.get(pos) else { return false };
+        let Some(cell) = slot.read(|s| A::Cell::of(&alg, s, now)) else { return false };
+        let key = *slot.key();
+        self.sketch.get_or_insert_with(|| Box::new(Sketch::new(bits, depth))).fold(&alg, &key, cell, now);
+        true
     }
 }
 
@@ -215,7 +274,7 @@ where
         if let Some(slot) = self.used(key) {
             return Ok(slot.write(|s| alg.check(s, now, cost))?);
         }
-        let mut state = A::State::default();
+        let mut state = self.seed(key, now);
         let d = alg.check(&mut state, now, cost)?;
         if d.allowed && !alg.is_fresh(&state, now) {
             if !self.make_room(1, &[], now) {
@@ -234,14 +293,14 @@ where
         let alg = self.alg;
         match self.used(key) {
             Some(slot) => slot.read(|s| alg.peek(s, now, cost)),
-            None => alg.peek(&A::State::default(), now, cost),
+            None => alg.peek(&self.seed(key, now), now, cost),
         }
     }
 
-    fn working(&mut self, key: &KeyHash) -> State {
+    fn working(&mut self, key: &KeyHash, now: Nanos) -> State {
         match self.used(key) {
             Some(slot) => A::wrap(slot.read(|s| s.clone())),
-            None => A::wrap(A::State::default()),
+            None => A::wrap(self.seed(key, now)),
         }
     }
 
@@ -252,7 +311,7 @@ where
             }
             let evicted = match self.when_full {
                 WhenFull::Refuse => false,
-                WhenFull::EvictLru => self.evict_lru(keep),
+                WhenFull::Fold(_) | WhenFull::Forget => self.evict_lru(keep, now),
             };
             if !evicted {
                 return false;
@@ -285,5 +344,9 @@ where
 
     fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.slots.bytes() + self.sketch.as_ref().map_or(0, |s| s.bytes())
     }
 }

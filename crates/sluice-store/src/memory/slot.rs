@@ -6,12 +6,6 @@
 //! never borrowed, which safe Rust allows. The sliding log's state owns a queue and is stored
 //! unpacked.
 
-use super::storage::{Dense, Inline, Storage};
-use sluice_core::{
-    Algorithm, FixedWindow, FixedWindowState, GcraState, LeakyBucket, SlidingLog, SlidingLogState, SlidingWindow,
-    SlidingWindowState, State, TokenBucket,
-};
-
 /// One stored key: its hash, a last-used stamp and the algorithm's state.
 pub(crate) trait Slot: Send + 'static {
     /// The algorithm's per-key state.
@@ -123,52 +117,10 @@ impl<S: Send + 'static> Slot for PlainSlot<S> {
     }
 }
 
-/// An algorithm the memory store can keep: its slot and shard layouts, and the conversions
-/// between its state and the core's [`State`] enum (used for a request's working copies).
-pub(crate) trait Stored: Algorithm + Copy + Send + 'static {
-    /// How one key is laid out.
-    type Slot: Slot<State = Self::State>;
-
-    /// How a shard holds its slots.
-    type Storage: Storage<Self::Slot>;
-
-    /// The state as the core's enum.
-    fn wrap(state: Self::State) -> State;
-
-    /// The state back from the core's enum; `None` if it belongs to another algorithm.
-    fn unwrap(state: State) -> Option<Self::State>;
-}
-
-macro_rules! stored {
-    ($alg:ty, $slot:ident, $storage:ident, $state:ty, $variant:ident) => {
-        impl Stored for $alg {
-            type Slot = $slot<$state>;
-            type Storage = $storage<$slot<$state>>;
-
-            fn wrap(state: $state) -> State {
-                State::$variant(state)
-            }
-
-            fn unwrap(state: State) -> Option<$state> {
-                match state {
-                    State::$variant(s) => Some(s),
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-// Buckets (28-byte slots) fit 1M keys in 64 MiB inline; the larger states need the dense layout.
-stored!(TokenBucket, PackedSlot, Inline, GcraState, Gcra);
-stored!(LeakyBucket, PackedSlot, Inline, GcraState, Gcra);
-stored!(FixedWindow, PackedSlot, Dense, FixedWindowState, FixedWindow);
-stored!(SlidingWindow, PackedSlot, Dense, SlidingWindowState, SlidingWindow);
-stored!(SlidingLog, PlainSlot, Dense, SlidingLogState, SlidingLog);
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_core::{Algorithm, FixedWindowState, GcraState, SlidingWindowState, TokenBucket};
 
     #[test]
     fn packed_slots_have_no_padding() {

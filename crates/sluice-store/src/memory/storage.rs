@@ -12,6 +12,11 @@
 //!   into the hole and fixes its position.
 //!
 //! Both address slots by a position in `0..positions()`; a position may be empty (inline).
+//!
+//! A full shard removes and inserts keys without end. hashbrown marks some removed buckets as
+//! deleted rather than empty, and a table whose room is used up by them would double on the next
+//! insert: both layouts rebuild their table at its size instead, once it already has buckets
+//! for the shard's bound, so a shard's memory stays at what its bound needs however long it churns.
 
 use hashbrown::HashTable;
 
@@ -47,6 +52,27 @@ pub(crate) trait Storage<S: Slot>: Default + Send + 'static {
 
     /// Slots held.
     fn len(&self) -> usize;
+
+    /// Heap bytes held (the table's allocation, and the slots').
+    fn bytes(&self) -> usize;
+}
+
+/// Entries a table of `buckets` buckets holds before it grows (hashbrown keeps 1/8 free).
+fn bucket_capacity(buckets: usize) -> usize {
+    if buckets < 8 { buckets.saturating_sub(1) } else { buckets / 8 * 7 }
+}
+
+/// Before an insert into a table that will never need to hold more than `cap` entries: when its
+/// room is used up although its buckets could hold `cap`, moves its entries into a new table
+/// sized for `cap` (clearing deleted buckets) instead of letting the insert double it.
+fn settle<T>(table: &mut HashTable<T>, cap: usize, hasher: impl Fn(&T) -> u64) {
+    if table.len() < table.capacity() || bucket_capacity(table.num_buckets()) < cap {
+        return;
+    }
+    let old = std::mem::replace(table, HashTable::with_capacity(cap));
+    for entry in old {
+        table.insert_unique(hasher(&entry), entry, &hasher);
+    }
 }
 
 /// Slots in the table's buckets.
@@ -73,7 +99,8 @@ impl<S: Slot> Storage<S> for Inline<S> {
         self.table.get_bucket_mut(pos)
     }
 
-    fn insert(&mut self, slot: S, _cap: usize) {
+    fn insert(&mut self, slot: S, cap: usize) {
+        settle(&mut self.table, cap, |s| hash(s.key()));
         let h = hash(slot.key());
         self.table.insert_unique(h, slot, |s| hash(s.key()));
     }
@@ -90,6 +117,10 @@ impl<S: Slot> Storage<S> for Inline<S> {
 
     fn len(&self) -> usize {
         self.table.len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.table.allocation_size()
     }
 }
 
@@ -129,6 +160,7 @@ impl<S: Slot> Storage<S> for Dense<S> {
         let h = hash(slot.key());
         self.slots.push(slot);
         let slots = &self.slots;
+        settle(&mut self.index, cap, |&i| hash(slots[i as usize].key()));
         self.index.insert_unique(h, pos as u32, |&i| hash(slots[i as usize].key()));
     }
 
@@ -153,5 +185,56 @@ impl<S: Slot> Storage<S> for Dense<S> {
 
     fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.index.allocation_size() + self.slots.capacity() * size_of::<S>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::slot::PackedSlot;
+    use sluice_core::GcraState;
+
+    type Entry = PackedSlot<GcraState>;
+
+    /// A well-mixed key, as a keyed hash is.
+    fn key(n: u64) -> [u8; 16] {
+        let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        k
+    }
+
+    /// A full shard churning for long: the oldest key out, a new one in, 200,000 times, at 85% of
+    /// the buckets its bound needs (where removals leave the most deleted buckets).
+    fn churn<S: Storage<Entry>>(mut storage: S, cap: usize) -> S {
+        for n in 0..cap as u64 {
+            storage.insert(Entry::new(key(n), 0, GcraState::default()), cap);
+        }
+        for n in cap as u64..200_000 {
+            let pos = storage.find(&key(n - cap as u64)).expect("the oldest key is held");
+            storage.remove(pos);
+            storage.insert(Entry::new(key(n), 0, GcraState::default()), cap);
+            assert_eq!(storage.len(), cap);
+        }
+        storage
+    }
+
+    #[test]
+    fn a_churning_full_table_keeps_its_size() {
+        let cap = 870; // 1,024 buckets hold 896
+        let inline = churn(Inline::default(), cap);
+        assert_eq!(inline.table.num_buckets(), 1_024);
+        let dense = churn(Dense::default(), cap);
+        assert_eq!(dense.index.num_buckets(), 1_024);
+        assert_eq!(dense.slots.capacity(), cap);
+        for n in 200_000 - cap as u64..200_000 {
+            assert!(inline.find(&key(n)).is_some() && dense.find(&key(n)).is_some(), "key {n} lost");
+        }
     }
 }

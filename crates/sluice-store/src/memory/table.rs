@@ -5,25 +5,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_core::Policy;
 
-use super::MemoryOptions;
-use super::shard::{Shard, ShardOps};
-use super::slot::Stored;
+use super::counters::Counters;
+use super::layout::Stored;
+use super::options::{MAX_SHARDS, MemoryOptions};
+use super::shard::{Setup, Shard, ShardOps};
 use crate::key::KeyHash;
-
-/// Upper bound on shards per policy.
-pub(crate) const MAX_SHARDS: usize = 1 << 12;
 
 /// Gives every table a distinct, increasing id: locks are taken in (table id, shard) order, one
 /// global order even across stores that share tables after a rebuild.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Eviction and refusal counts of one table.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) evicted_fresh: AtomicU64,
-    pub(crate) evicted_lru: AtomicU64,
-    pub(crate) refused: AtomicU64,
-}
 
 /// A shard behind its lock.
 type LockedShard = Mutex<dyn ShardOps>;
@@ -45,18 +35,18 @@ impl Table {
         let largest_fit = 1usize << (usize::BITS - 1 - max_keys.leading_zeros());
         let count = options.shards.clamp(1, MAX_SHARDS).next_power_of_two().min(largest_fit);
         let counters = Arc::new(Counters::default());
+        let setup = Setup::new(options, count, Arc::clone(&counters));
         let seed: u64 = rand::random();
         let shards = (0..count)
             .map(|i| {
                 let cap = max_keys / count + usize::from(i < max_keys % count);
                 let seed = seed.wrapping_add((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                let c = Arc::clone(&counters);
                 match policy {
-                    Policy::FixedWindow(a) => boxed(a, cap, options, seed, c),
-                    Policy::SlidingLog(a) => boxed(a, cap, options, seed, c),
-                    Policy::SlidingWindow(a) => boxed(a, cap, options, seed, c),
-                    Policy::TokenBucket(a) => boxed(a, cap, options, seed, c),
-                    Policy::LeakyBucket(a) => boxed(a, cap, options, seed, c),
+                    Policy::FixedWindow(a) => boxed(a, cap, seed, &setup),
+                    Policy::SlidingLog(a) => boxed(a, cap, seed, &setup),
+                    Policy::SlidingWindow(a) => boxed(a, cap, seed, &setup),
+                    Policy::TokenBucket(a) => boxed(a, cap, seed, &setup),
+                    Policy::LeakyBucket(a) => boxed(a, cap, seed, &setup),
                 }
             })
             .collect();
@@ -80,11 +70,16 @@ impl Table {
     pub(crate) fn keys(&self) -> usize {
         (0..self.shards.len()).map(|i| self.lock(i).len()).sum()
     }
+
+    /// Estimated heap bytes, over all shards (locks each shard in turn).
+    pub(crate) fn bytes(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.lock(i).bytes()).sum()
+    }
 }
 
-fn boxed<A: Stored>(alg: A, cap: usize, options: &MemoryOptions, seed: u64, counters: Arc<Counters>) -> Box<LockedShard>
+fn boxed<A: Stored>(alg: A, cap: usize, seed: u64, setup: &Setup) -> Box<LockedShard>
 where
     A::State: Clone,
 {
-    Box::new(Mutex::new(Shard::new(alg, cap, options, seed, counters)))
+    Box::new(Mutex::new(Shard::new(alg, cap, seed, setup)))
 }
