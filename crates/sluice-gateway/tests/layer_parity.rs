@@ -1,8 +1,10 @@
 //! The gateway and the tower layer share one decision pipeline: the same requests, against the
 //! same limits at the same time, get the same status, rate-limit headers and denial body from
-//! both — the gateway on its own socket, the layer in an axum app on another.
+//! both — the gateway on its own socket, the layer in an axum app on another. Both list the two
+//! limits in the `ietf` fields and time a denial's `Retry-After` by the limit that denied.
 
 mod common;
+mod fields;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use common::{Client, Resp, T0, config, start_with_clock};
+use fields::{names, service_limits};
 use sluice_core::{ManualClock, NANOS_PER_SEC};
 use sluice_gateway::stores::{memory_options, named_policies};
 use sluice_http::layer::RateLimitLayer;
@@ -128,6 +131,16 @@ async fn the_same_requests_get_the_same_answers_from_the_gateway_and_the_layer()
         };
         let (from_gw, from_app) = (send(&to_gw).await, send(&to_app).await);
         assert_eq!(limited_parts(&from_gw), limited_parts(&from_app), "step {i}: {method} {headers:?}");
+        // ietf: both limits, in the route's order, on every response of either face.
+        for field in ["ratelimit-policy", "ratelimit"] {
+            assert_eq!(names(&from_gw.headers, field), ["per-ip", "per-key"], "step {i}: {field}");
+        }
+        if from_gw.status == 429 {
+            // Retry-After is the `t` of the limit that denied, an exhausted one.
+            let exhausted: Vec<u64> =
+                service_limits(&from_gw.headers).iter().filter(|l| l.1 == 0).map(|l| l.2).collect();
+            assert!(exhausted.contains(&from_gw.num("retry-after")), "step {i}: {exhausted:?}");
+        }
         statuses.push(from_gw.status);
         if from_gw.status == 200 {
             assert_eq!(from_app.text(), if *method == "GET" { "from the app" } else { "posted" });

@@ -125,7 +125,34 @@ impl Enforcer {
     pub fn view<'a>(&'a self, checks: &[Check], outcome: &Outcome) -> Option<LimitView<'a>> {
         let i = outcome.describe?;
         let info = &self.policies[checks[i].policy];
-        Some(LimitView { name: &info.name, window: info.policy.window(), decision: outcome.decisions[i] })
+        Some(LimitView::new(&info.name, &info.policy, outcome.decisions[i]))
+    }
+
+    /// Every limit a response to `checks` describes, in the checks' order: the enforced ones
+    /// (a shadow policy never limits the request, so it is not listed), with their keys as
+    /// partition keys when `partition_keys`. Walked lazily: no list is built.
+    pub fn views<'a>(
+        &'a self,
+        checks: &'a [Check],
+        outcome: &'a Outcome,
+        partition_keys: bool,
+    ) -> impl Iterator<Item = LimitView<'a>> + Clone + 'a {
+        checks.iter().zip(&outcome.decisions).filter_map(move |(c, d)| {
+            let info = self.enforced(c)?;
+            let view = LimitView::new(&info.name, &info.policy, *d);
+            Some(if partition_keys { view.with_partition_key(&c.key.0) } else { view })
+        })
+    }
+
+    /// The position in [`Enforcer::views`] of the limit [`Enforcer::view`] describes.
+    pub fn described(&self, checks: &[Check], outcome: &Outcome) -> Option<usize> {
+        let i = outcome.describe?;
+        Some(checks[..i].iter().filter(|c| self.enforced(c).is_some()).count())
+    }
+
+    /// The policy of `check` when it is enforced (not shadow).
+    fn enforced(&self, check: &Check) -> Option<&PolicyInfo> {
+        self.policies.get(check.policy).filter(|p| !p.shadow)
     }
 
     /// Decides `checks` for one request.

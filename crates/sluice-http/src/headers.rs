@@ -1,19 +1,138 @@
 //! The rate-limit headers a client can follow, in the styles clients expect.
+//!
+//! # `ietf`: draft-ietf-httpapi-ratelimit-headers-10
+//!
+//! Both fields are structured-field Lists (RFC 9651), serialised by the `sfv` crate, with one
+//! item per policy that applies to the request, in the route's order:
+//!
+//! - `RateLimit-Policy: "per-ip";q=3;w=60, "burst";q=5;w=10` — the item is the policy's name (a
+//!   String); `q` its quota: the limit of a window algorithm, the capacity of a bucket; `w` its
+//!   window in whole seconds (rounded up, at least 1). A bucket's window is the time it takes to
+//!   refill its whole capacity, `capacity / rate` ([`quota_window`]), so `q` per `w` is its
+//!   sustained rate and `q` its burst. `qu` is left out: sluice counts requests, the draft's
+//!   default unit (a route's `cost` makes one request count as `cost` of them).
+//! - `RateLimit: "per-ip";r=2;t=75, "burst";r=4;t=2` — `r` the quota left (requests of cost 1)
+//!   and `t` the draft's reset: seconds until more quota is made available. For a policy that
+//!   denied the request, `t` is its `retry_after` rounded up (at least 1): when this policy admits
+//!   the request again, the same number as `Retry-After`, so `Retry-After` never names a time
+//!   earlier than the denying policy's `t` (the draft's SHOULD NOT). For a policy that did not
+//!   deny, `t` is its `reset_after` rounded up: when its whole quota is back. A decision does not
+//!   say when the next unit comes back (for a bucket or a sliding window, sooner), and the draft
+//!   lets clients assume only that more quota is available at `t`, which holds; a client that
+//!   spends at most `r` before `t` is never denied by that policy for it.
+//! - `pk` (the partition key, a Byte Sequence) is written only when the view carries one
+//!   ([`LimitView::with_partition_key`]; the pipeline gives the check's keyed 128-bit hash, never
+//!   the raw key, when the operator asks for it).
+//!
+//! Shadow policies are not listed: the draft lists the policies that apply to the request, and a
+//! shadow policy never limits it. In a denial nothing is charged; a policy that would have
+//! admitted the request is described as the store peeked it, as if it had been charged (the
+//! strict direction: `r` one cost lower than the quota left).
+//!
+//! Names are Strings of printable ASCII: any other character of a policy name is written as
+//! `%XX` for each of its UTF-8 bytes (`"`, `\` are escaped as RFC 9651 says).
+//!
+//! # `draft-6` and `x-ratelimit`
+//!
+//! These describe one limit, the one that denied or the one closest to denying (the `described`
+//! view), as their clients expect one value: `RateLimit-Limit`, `-Remaining`, `-Reset` (its
+//! `reset_after`, rounded up) and, when `ietf` is not configured, the draft-6
+//! `RateLimit-Policy: 3;w=60`; `X-RateLimit-Limit`, `-Remaining`, `-Reset` (Unix seconds).
+//!
+//! ```
+//! use sluice_config::HeaderStyle;
+//! use sluice_core::{Decision, NANOS_PER_SEC, Policy, SlidingWindow, TokenBucket};
+//! use sluice_http::headers::{LimitView, write_rate_limit_headers};
+//! let per_ip: Policy = SlidingWindow::new(3, 60 * NANOS_PER_SEC).unwrap().into();
+//! let burst: Policy = TokenBucket::new(5, 0.5).unwrap().into();
+//! let decided = |limit, remaining, reset| Decision {
+//!     allowed: true, limit, remaining, reset_after: reset * NANOS_PER_SEC, retry_after: 0, delay: 0,
+//! };
+//! let views = [
+//!     LimitView::new("per-ip", &per_ip, decided(3, 2, 75)),
+//!     LimitView::new("burst", &burst, decided(5, 4, 2)),
+//! ];
+//! let mut h = http::HeaderMap::new();
+//! write_rate_limit_headers(&mut h, &[HeaderStyle::Ietf, HeaderStyle::Draft6], &views, 0, 1_700_000_000);
+//! assert_eq!(h["ratelimit-policy"], r#""per-ip";q=3;w=60, "burst";q=5;w=10"#);
+//! assert_eq!(h["ratelimit"], r#""per-ip";r=2;t=75, "burst";r=4;t=2"#);
+//! // draft-6 describes the one closest to denying (index 0).
+//! assert_eq!(h["ratelimit-remaining"], "2");
+//! ```
+
+use std::borrow::{Borrow, Cow};
+use std::fmt::Write as _;
 
 use http::HeaderMap;
 use http::header::{CACHE_CONTROL, HeaderName, HeaderValue, RETRY_AFTER};
+use sfv::{Integer, KeyRef, ListSerializer, StringRef, key_ref};
 use sluice_config::HeaderStyle;
-use sluice_core::{Decision, Nanos, ceil_secs};
+use sluice_core::{Decision, NANOS_PER_SEC, Nanos, Policy, ceil_secs};
 
-/// The limit a response describes: its policy name, window, and decision.
+/// A limit a response describes: its policy's name and window, the decision, and (when the
+/// operator publishes them) the partition key.
 #[derive(Debug, Clone, Copy)]
 pub struct LimitView<'a> {
-    /// Policy name (quoted in the `ietf` style).
+    /// Policy name: the item of the `ietf` lists.
     pub name: &'a str,
-    /// Window length (for the buckets: the time to refill from empty).
+    /// Window length: the window of a window algorithm, a bucket's time to refill its whole
+    /// capacity ([`quota_window`]). Written as `w`, in whole seconds.
     pub window: Nanos,
-    /// The decision to describe.
+    /// The decision to describe: `q`, `r` and `t` come from it.
     pub decision: Decision,
+    /// The `pk` parameter of both `ietf` items: `None` unless the operator asks for it.
+    pub partition_key: Option<&'a [u8]>,
+}
+
+impl<'a> LimitView<'a> {
+    /// The view of `decision` under the policy `name`, `policy`, with no partition key.
+    pub fn new(name: &'a str, policy: &Policy, decision: Decision) -> Self {
+        Self { name, window: quota_window(policy), decision, partition_key: None }
+    }
+
+    /// The same view, publishing `key` as its partition key (`pk`).
+    pub fn with_partition_key(self, key: &'a [u8]) -> Self {
+        Self { partition_key: Some(key), ..self }
+    }
+
+    /// `w`: the window in whole seconds, rounded up, at least 1 (the draft allows no 0).
+    pub fn window_secs(&self) -> u64 {
+        ceil_secs(self.window).max(1)
+    }
+
+    /// `t`: seconds until more quota is made available. For a denial, when this policy admits the
+    /// request again (as `Retry-After`); otherwise when its quota is whole again.
+    pub fn reset_secs(&self) -> u64 {
+        match self.decision.allowed {
+            true => ceil_secs(self.decision.reset_after),
+            false => retry_after_secs(&self.decision),
+        }
+    }
+}
+
+/// The window `w` describes for `policy`: the window of the window algorithms; for the token and
+/// leaky buckets, the time to refill the whole capacity, `capacity / rate`. The core rounds a
+/// bucket's per-token interval up to whole nanoseconds, so `capacity × interval` may exceed the
+/// exact refill time by under `capacity` ns: a refill time that little above a whole second is
+/// taken as that second, so that 30 tokens at 3 per second state `w=10`, not 11.
+///
+/// ```
+/// use sluice_core::{NANOS_PER_SEC, Policy, TokenBucket};
+/// use sluice_http::headers::quota_window;
+/// let p: Policy = TokenBucket::new(30, 3.0).unwrap().into();
+/// assert_eq!(quota_window(&p), 10 * NANOS_PER_SEC);
+/// ```
+pub fn quota_window(policy: &Policy) -> Nanos {
+    let refill = |capacity: u64, interval: Nanos| {
+        let rounded = capacity.saturating_mul(interval);
+        let over = rounded % NANOS_PER_SEC;
+        if over < capacity { rounded - over } else { rounded }
+    };
+    match policy {
+        Policy::TokenBucket(p) => refill(p.capacity(), p.interval()),
+        Policy::LeakyBucket(p) => refill(p.capacity(), p.interval()),
+        _ => policy.window(),
+    }
 }
 
 /// Whole seconds a denied client should wait: `retry_after` rounded up, at least 1.
@@ -30,57 +149,120 @@ static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Writes the rate-limit headers of `view` in each of `styles` (with both `draft-6` and `ietf`,
-/// `RateLimit-Policy` takes the `ietf` form only). `unix_now` (seconds) is used by
-/// `x-ratelimit`, whose reset is an absolute time.
+const Q: &KeyRef = key_ref("q");
+const W: &KeyRef = key_ref("w");
+const R: &KeyRef = key_ref("r");
+const T: &KeyRef = key_ref("t");
+const PK: &KeyRef = key_ref("pk");
+
+/// Writes the rate-limit headers of `views` (every limit that applies to the request, in the
+/// route's order) in each of `styles`: `ietf` lists them all; `draft-6` and `x-ratelimit`
+/// describe `views[described]`, the limit that denied or the one closest to denying (with both
+/// `draft-6` and `ietf`, `RateLimit-Policy` takes the `ietf` form only). `unix_now` (seconds) is
+/// used by `x-ratelimit`, whose reset is an absolute time. See the [module](self) for what each
+/// value means.
 ///
-/// ```
-/// use sluice_config::HeaderStyle;
-/// use sluice_core::{Decision, NANOS_PER_SEC};
-/// use sluice_http::headers::{write_rate_limit_headers, LimitView};
-/// let decision = Decision { allowed: true, limit: 100, remaining: 50, reset_after: 30 * NANOS_PER_SEC,
-///                           retry_after: 0, delay: 0 };
-/// let view = LimitView { name: "per-ip", window: 60 * NANOS_PER_SEC, decision };
-/// let mut h = http::HeaderMap::new();
-/// write_rate_limit_headers(&mut h, &[HeaderStyle::Ietf, HeaderStyle::Draft6], &view, 1_700_000_000);
-/// assert_eq!(h["ratelimit-policy"], "\"per-ip\";q=100;w=60");
-/// assert_eq!(h["ratelimit"], "\"per-ip\";r=50;t=30");
-/// assert_eq!(h["ratelimit-limit"], "100");
-/// ```
-pub fn write_rate_limit_headers(out: &mut HeaderMap, styles: &[HeaderStyle], view: &LimitView<'_>, unix_now: u64) {
-    let d = &view.decision;
-    let reset = ceil_secs(d.reset_after);
-    let window = ceil_secs(view.window).max(1);
+/// `views` is any list that can be walked more than once: a slice, or the pipeline's iterator
+/// over a request's checks (no list is built per request).
+pub fn write_rate_limit_headers<'a, I>(
+    out: &mut HeaderMap,
+    styles: &[HeaderStyle],
+    views: I,
+    described: usize,
+    unix_now: u64,
+) where
+    I: IntoIterator + Clone,
+    I::Item: Borrow<LimitView<'a>>,
+{
+    let one = || views.clone().into_iter().nth(described).map(|v| *v.borrow());
+    let with_ietf = styles.contains(&HeaderStyle::Ietf);
     for style in styles {
         match style {
             HeaderStyle::Draft6 => {
+                let Some(v) = one() else { continue };
+                let d = &v.decision;
                 out.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit));
                 out.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(d.remaining));
-                out.insert(RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+                out.insert(RATELIMIT_RESET.clone(), HeaderValue::from(ceil_secs(d.reset_after)));
                 // Both styles name a `RateLimit-Policy` header, in two syntaxes: with `ietf`
                 // also configured, only its (current) form is sent.
-                if !styles.contains(&HeaderStyle::Ietf)
-                    && let Ok(v) = HeaderValue::from_str(&format!("{};w={window}", d.limit))
-                {
-                    out.append(RATELIMIT_POLICY.clone(), v);
+                if !with_ietf {
+                    let mut s = String::with_capacity(24);
+                    let mut list = ListSerializer::with_buffer(&mut s);
+                    _ = list.bare_item(int(d.limit)).parameter(W, int(v.window_secs()));
+                    insert_list(out, &RATELIMIT_POLICY, list.finish());
                 }
             }
-            HeaderStyle::Ietf => {
-                let name = sf_string(view.name);
-                if let Ok(v) = HeaderValue::from_str(&format!("{name};q={};w={window}", d.limit)) {
-                    out.append(RATELIMIT_POLICY.clone(), v);
-                }
-                if let Ok(v) = HeaderValue::from_str(&format!("{name};r={};t={reset}", d.remaining)) {
-                    out.insert(RATELIMIT.clone(), v);
-                }
-            }
+            HeaderStyle::Ietf => write_ietf(out, views.clone()),
             HeaderStyle::XRateLimit => {
+                let Some(v) = one() else { continue };
+                let d = &v.decision;
                 out.insert(X_LIMIT.clone(), HeaderValue::from(d.limit));
                 out.insert(X_REMAINING.clone(), HeaderValue::from(d.remaining));
-                out.insert(X_RESET.clone(), HeaderValue::from(unix_now.saturating_add(reset)));
+                out.insert(X_RESET.clone(), HeaderValue::from(unix_now.saturating_add(ceil_secs(d.reset_after))));
             }
         }
     }
+}
+
+/// `RateLimit-Policy` and `RateLimit` with one item per view: one String for each header.
+fn write_ietf<'a, I>(out: &mut HeaderMap, views: I)
+where
+    I: IntoIterator + Clone,
+    I::Item: Borrow<LimitView<'a>>,
+{
+    // An item is its name and at most 40 more bytes (two integers of up to 15 digits, the
+    // parameter names); a partition key is 4/3 of its bytes, plus its colons.
+    let room = |v: &LimitView<'_>| v.name.len() + 40 + v.partition_key.map_or(0, |k| k.len().div_ceil(3) * 4 + 6);
+    let cap = views.clone().into_iter().map(|v| room(v.borrow())).sum();
+    let (mut policy, mut limits) = (String::with_capacity(cap), String::with_capacity(cap));
+    let (mut policy_list, mut limit_list) =
+        (ListSerializer::with_buffer(&mut policy), ListSerializer::with_buffer(&mut limits));
+    for v in views {
+        let v = v.borrow();
+        let name = sf_name(v.name);
+        let d = &v.decision;
+        let p = policy_list.bare_item(&*name).parameter(Q, int(d.limit)).parameter(W, int(v.window_secs()));
+        let l = limit_list.bare_item(&*name).parameter(R, int(d.remaining)).parameter(T, int(v.reset_secs()));
+        if let Some(key) = v.partition_key {
+            _ = (p.parameter(PK, key), l.parameter(PK, key));
+        }
+    }
+    insert_list(out, &RATELIMIT_POLICY, policy_list.finish());
+    insert_list(out, &RATELIMIT, limit_list.finish());
+}
+
+/// Sets `name` to a serialised list (none when the list is empty: RFC 9651 sends no empty list).
+fn insert_list(out: &mut HeaderMap, name: &HeaderName, list: Option<&mut String>) {
+    // The serialiser writes printable ASCII only: the conversion always succeeds.
+    if let Some(Ok(v)) = list.map(|s| HeaderValue::try_from(std::mem::take(s))) {
+        out.insert(name.clone(), v);
+    }
+}
+
+/// A structured-field Integer: values beyond its 15 digits are written as its largest.
+fn int(n: u64) -> Integer {
+    Integer::try_from(n).unwrap_or(Integer::MAX)
+}
+
+/// A policy name as a structured-field String: as it is when it is printable ASCII (no copy),
+/// otherwise with each byte of every other character written as `%XX`.
+fn sf_name(name: &str) -> Cow<'_, StringRef> {
+    if let Ok(s) = StringRef::from_str(name) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(name.len() * 3);
+    for c in name.chars() {
+        if (' '..='~').contains(&c) {
+            out.push(c);
+        } else {
+            for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    // Only printable ASCII is left.
+    Cow::Owned(sfv::String::from_string(out).unwrap_or_default())
 }
 
 /// Writes what every denial carries: `Retry-After` (whole seconds, at least 1) and
@@ -90,62 +272,239 @@ pub fn write_denial_headers(out: &mut HeaderMap, retry_after_secs: u64) {
     out.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 
-/// Writes everything a denial carries: the rate-limit headers of the limit that denied (when
-/// known), `Retry-After` and `Cache-Control: no-store`. Returns the `Retry-After` seconds.
-pub fn write_denied(out: &mut HeaderMap, styles: &[HeaderStyle], view: Option<&LimitView<'_>>, unix_now: u64) -> u64 {
-    let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
-    if let Some(v) = view {
-        write_rate_limit_headers(out, styles, v, unix_now);
+/// Writes everything a denial carries: the rate-limit headers of `views` (see
+/// [`write_rate_limit_headers`]; `described` is the limit that denied, when known),
+/// `Retry-After` and `Cache-Control: no-store`. Returns the `Retry-After` seconds: those of the
+/// described limit, which are its `t` in the `ietf` `RateLimit`.
+pub fn write_denied<'a, I>(
+    out: &mut HeaderMap,
+    styles: &[HeaderStyle],
+    views: I,
+    described: Option<usize>,
+    unix_now: u64,
+) -> u64
+where
+    I: IntoIterator + Clone,
+    I::Item: Borrow<LimitView<'a>>,
+{
+    let secs = denied_retry_after_secs(views.clone(), described);
+    if let Some(i) = described {
+        write_rate_limit_headers(out, styles, views, i, unix_now);
     }
     write_denial_headers(out, secs);
     secs
 }
 
-/// A structured-field string: quoted, with `\` and `"` escaped and non-printable bytes dropped.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars().filter(|c| (' '..='~').contains(c)) {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
+/// The `Retry-After` seconds of a denial described by `views[described]`: 1 when unknown.
+pub fn denied_retry_after_secs<'a, I>(views: I, described: Option<usize>) -> u64
+where
+    I: IntoIterator,
+    I::Item: Borrow<LimitView<'a>>,
+{
+    described.and_then(|i| views.into_iter().nth(i)).map_or(1, |v| retry_after_secs(&v.borrow().decision))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::NANOS_PER_SEC;
+    use sfv::{BareItem, List, ListEntry, Parser};
+    use sluice_core::{SlidingWindow, TokenBucket};
+
+    fn window(limit: u64, secs: u64) -> Policy {
+        SlidingWindow::new(limit, secs * NANOS_PER_SEC).unwrap().into()
+    }
+
+    fn decision(allowed: bool, limit: u64, remaining: u64, reset_ns: u64, retry_ns: u64) -> Decision {
+        Decision { allowed, limit, remaining, reset_after: reset_ns, retry_after: retry_ns, delay: 0 }
+    }
 
     fn view(remaining: u64, reset_ns: u64) -> LimitView<'static> {
-        LimitView {
-            name: "per\"ip",
-            window: 60 * NANOS_PER_SEC,
-            decision: Decision { allowed: true, limit: 10, remaining, reset_after: reset_ns, retry_after: 0, delay: 0 },
-        }
+        static P: std::sync::LazyLock<Policy> = std::sync::LazyLock::new(|| window(10, 60));
+        LimitView::new("per\"ip", &P, decision(true, 10, remaining, reset_ns, 0))
+    }
+
+    /// A header's members parsed back as RFC 9651 Lists: (name, [(parameter, integer or bytes)]).
+    fn parsed(h: &HeaderMap, name: &str) -> Vec<(String, Vec<(String, String)>)> {
+        let lines: Vec<_> = h.get_all(name).iter().collect();
+        assert_eq!(lines.len(), 1, "{name}: one field line");
+        let list: List = Parser::new(lines[0].as_bytes()).parse().unwrap_or_else(|e| panic!("{name}: {e}"));
+        list.iter()
+            .map(|m| {
+                let ListEntry::Item(item) = m else { panic!("{name}: an inner list") };
+                let name = match &item.bare_item {
+                    BareItem::String(s) => s.as_str().to_owned(),
+                    BareItem::Integer(i) => i.to_string(),
+                    other => panic!("{name}: item {other:?}"),
+                };
+                let params = item
+                    .params
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            BareItem::Integer(i) => i.to_string(),
+                            BareItem::ByteSequence(b) => format!("{b:?}"),
+                            other => panic!("{k}: {other:?}"),
+                        };
+                        (k.as_str().to_owned(), v)
+                    })
+                    .collect();
+                (name, params)
+            })
+            .collect()
+    }
+
+    fn values<'h>(h: &'h HeaderMap, names: &[&str]) -> Vec<&'h str> {
+        names.iter().map(|n| h.get(*n).and_then(|v| v.to_str().ok()).unwrap_or("")).collect()
+    }
+
+    fn item(name: &str, params: &[(&str, u64)]) -> (String, Vec<(String, String)>) {
+        (name.to_owned(), params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
 
     #[test]
     fn draft6_and_x_styles() {
         let mut h = HeaderMap::new();
-        write_rate_limit_headers(&mut h, &[HeaderStyle::Draft6, HeaderStyle::XRateLimit], &view(3, 1), 1000);
+        write_rate_limit_headers(&mut h, &[HeaderStyle::Draft6, HeaderStyle::XRateLimit], &[view(3, 1)], 0, 1000);
         assert_eq!(h["ratelimit-limit"], "10");
         assert_eq!(h["ratelimit-remaining"], "3");
         assert_eq!(h["ratelimit-reset"], "1");
         assert_eq!(h["ratelimit-policy"], "10;w=60");
         assert_eq!(h["x-ratelimit-reset"], "1001");
         assert_eq!(h["x-ratelimit-remaining"], "3");
+        assert_eq!(parsed(&h, "ratelimit-policy"), [item("10", &[("w", 60)])]);
+        assert!(h.get("ratelimit").is_none());
     }
 
     #[test]
-    fn ietf_quotes_names() {
+    fn two_policies_are_both_listed_and_the_denying_one_times_retry_after() {
+        let (per_ip, burst) = (window(3, 60), TokenBucket::new(5, 0.5).unwrap().into());
+        // The sliding window denies (its quota is back in 15 s, its whole state in 75 s); the
+        // bucket, peeked, would have admitted.
+        let views = [
+            LimitView::new("per-ip", &per_ip, decision(false, 3, 0, 75 * NANOS_PER_SEC, 15 * NANOS_PER_SEC - 1)),
+            LimitView::new("burst", &burst, decision(true, 5, 1, 8 * NANOS_PER_SEC, 0)),
+        ];
         let mut h = HeaderMap::new();
-        write_rate_limit_headers(&mut h, &[HeaderStyle::Ietf], &view(0, 2_500_000_000), 0);
-        assert_eq!(h["ratelimit-policy"], "\"per\\\"ip\";q=10;w=60");
-        assert_eq!(h["ratelimit"], "\"per\\\"ip\";r=0;t=3");
+        let styles = [HeaderStyle::Ietf, HeaderStyle::Draft6, HeaderStyle::XRateLimit];
+        let secs = write_denied(&mut h, &styles, &views, Some(0), 1000);
+        assert_eq!(h["ratelimit-policy"], r#""per-ip";q=3;w=60, "burst";q=5;w=10"#);
+        assert_eq!(h["ratelimit"], r#""per-ip";r=0;t=15, "burst";r=1;t=8"#);
+        assert_eq!((secs, &h["retry-after"]), (15, &HeaderValue::from(15)));
+        // draft-6 and x-ratelimit describe the denying limit alone, with its full reset.
+        assert_eq!(values(&h, &["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"]), ["3", "0", "75"]);
+        assert_eq!(h["x-ratelimit-reset"], "1075");
+        assert_eq!(h["cache-control"], "no-store");
+    }
+
+    #[test]
+    fn a_bucket_states_its_capacity_and_refill_time() {
+        let view = |capacity, rate: f64| {
+            let p: Policy = TokenBucket::new(capacity, rate).unwrap().into();
+            let v = LimitView::new("b", &p, decision(true, capacity, 0, 0, 0));
+            (v.decision.limit, v.window_secs())
+        };
+        assert_eq!(view(5, 0.5), (5, 10));
+        // The per-token interval (1/3 s) is rounded up in the core; the window is still 10 s.
+        assert_eq!(view(30, 3.0), (30, 10));
+        assert_eq!(view(10, 3.0), (10, 4), "3.33 s, rounded up");
+        assert_eq!(view(1, 1000.0), (1, 1), "a millisecond: at least 1 s");
+        let leaky: Policy = sluice_core::LeakyBucket::new(2.0, 6, sluice_core::LeakMode::Police).unwrap().into();
+        assert_eq!(LimitView::new("l", &leaky, decision(true, 6, 0, 0, 0)).window_secs(), 3);
+    }
+
+    #[test]
+    fn names_are_escaped_or_percent_encoded() {
+        let p = window(10, 60);
+        let views = [
+            LimitView::new("per\"ip", &p, decision(true, 10, 0, 2_500_000_000, 0)),
+            LimitView::new("a\\b", &p, decision(true, 10, 1, 1, 0)),
+            LimitView::new("ліміт ip\t", &p, decision(true, 10, 2, 1, 0)),
+        ];
+        let mut h = HeaderMap::new();
+        write_rate_limit_headers(&mut h, &[HeaderStyle::Ietf], &views, 0, 0);
+        assert_eq!(
+            h["ratelimit"],
+            r#""per\"ip";r=0;t=3, "a\\b";r=1;t=1, "%D0%BB%D1%96%D0%BC%D1%96%D1%82 ip%09";r=2;t=1"#
+        );
+        let names: Vec<_> = parsed(&h, "ratelimit-policy").into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["per\"ip", "a\\b", "%D0%BB%D1%96%D0%BC%D1%96%D1%82 ip%09"]);
+    }
+
+    #[test]
+    fn three_styles_together() {
+        let mut h = HeaderMap::new();
+        let styles = [HeaderStyle::XRateLimit, HeaderStyle::Draft6, HeaderStyle::Ietf];
+        write_rate_limit_headers(&mut h, &styles, &[view(3, 30 * NANOS_PER_SEC)], 0, 1000);
+        // One RateLimit-Policy, the ietf form, whatever the order of the styles.
+        assert_eq!(parsed(&h, "ratelimit-policy"), [item("per\"ip", &[("q", 10), ("w", 60)])]);
+        assert_eq!(parsed(&h, "ratelimit"), [item("per\"ip", &[("r", 3), ("t", 30)])]);
+        assert_eq!(values(&h, &["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"]), ["10", "3", "30"]);
+        assert_eq!(
+            values(&h, &["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"]),
+            ["10", "3", "1030"]
+        );
+        assert_eq!(h.len(), 8);
+    }
+
+    #[test]
+    fn the_described_limit_is_the_one_draft6_shows_and_nothing_is_written_without_limits() {
+        let (a, b) = (window(3, 60), window(100, 3600));
+        let views = [
+            LimitView::new("minute", &a, decision(true, 3, 2, NANOS_PER_SEC, 0)),
+            LimitView::new("hour", &b, decision(true, 100, 1, 10 * NANOS_PER_SEC, 0)),
+        ];
+        let mut h = HeaderMap::new();
+        write_rate_limit_headers(&mut h, &[HeaderStyle::Draft6], &views, 1, 0);
+        assert_eq!(
+            values(&h, &["ratelimit-limit", "ratelimit-remaining", "ratelimit-policy"]),
+            ["100", "1", "100;w=3600"]
+        );
+        let mut h = HeaderMap::new();
+        let none: [LimitView<'_>; 0] = [];
+        write_rate_limit_headers(&mut h, &[HeaderStyle::Draft6, HeaderStyle::Ietf], &none, 0, 0);
+        assert!(h.is_empty(), "{h:?}");
+        assert_eq!(write_denied(&mut h, &[HeaderStyle::Ietf], &none, None, 0), 1);
+        assert_eq!((h.len(), &h["retry-after"]), (2, &HeaderValue::from(1)));
+    }
+
+    #[test]
+    fn partition_keys_are_byte_sequences_on_both_items() {
+        let p = window(10, 60);
+        let key = [0xde, 0xad, 0xbe, 0xef];
+        let views =
+            [view(3, NANOS_PER_SEC), LimitView::new("k", &p, decision(true, 10, 9, 1, 0)).with_partition_key(&key)];
+        let mut h = HeaderMap::new();
+        write_rate_limit_headers(&mut h, &[HeaderStyle::Ietf], &views, 0, 0);
+        assert_eq!(h["ratelimit-policy"], r#""per\"ip";q=10;w=60, "k";q=10;w=60;pk=:3q2+7w==:"#);
+        assert_eq!(h["ratelimit"], r#""per\"ip";r=3;t=1, "k";r=9;t=1;pk=:3q2+7w==:"#);
+        let pk = &parsed(&h, "ratelimit")[1].1[2];
+        assert_eq!(pk, &("pk".to_string(), format!("{:?}", key.to_vec())));
+    }
+
+    #[test]
+    fn every_header_written_parses_back() {
+        let (sw, tb) = (window(7, 90), TokenBucket::new(1_000_000_000_000_000, 1e9).unwrap().into());
+        let views = [
+            LimitView::new("sw", &sw, decision(false, 7, 0, 100 * NANOS_PER_SEC, u64::MAX)),
+            LimitView::new("huge", &tb, decision(true, 1_000_000_000_000_000, 999_999_999_999_999_999, 1, 0)),
+        ];
+        let mut h = HeaderMap::new();
+        write_denied(&mut h, &[HeaderStyle::Ietf, HeaderStyle::XRateLimit], &views, Some(0), 5);
+        let never = 999_999_999_999_999; // the largest Integer
+        assert_eq!(
+            parsed(&h, "ratelimit-policy"),
+            [item("sw", &[("q", 7), ("w", 90)]), item("huge", &[("q", never), ("w", 1_000_000)])]
+        );
+        // "Never" (u64::MAX ns) is 18446744074 s, in Retry-After as in `t`.
+        let forever = ceil_secs(u64::MAX);
+        assert_eq!(
+            parsed(&h, "ratelimit"),
+            [item("sw", &[("r", 0), ("t", forever)]), item("huge", &[("r", never), ("t", 1)])]
+        );
+        assert_eq!(h["retry-after"], forever.to_string());
+        let mut h = HeaderMap::new();
+        write_rate_limit_headers(&mut h, &[HeaderStyle::Draft6], &views, 1, 0);
+        assert_eq!(parsed(&h, "ratelimit-policy"), [item(&never.to_string(), &[("w", 1_000_000)])]);
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct Limiter {
     deny_status: StatusCode,
     /// The wall clock, for `X-RateLimit-Reset` (absolute Unix seconds).
     clock: SystemClock,
+    /// Publish each limit's key hash as its `pk` (partition key) in the `ietf` headers.
+    partition_keys: bool,
 }
 
 /// How much of a request's time went where.
@@ -152,7 +154,13 @@ impl Limiter {
         styles: Vec<HeaderStyle>,
         deny_status: StatusCode,
     ) -> Self {
-        Self { enforcer, keys, identity, styles, deny_status, clock: SystemClock::new() }
+        Self { enforcer, keys, identity, styles, deny_status, clock: SystemClock::new(), partition_keys: false }
+    }
+
+    /// The same limiter, publishing (or not) each limit's key hash (the keyed 128-bit hash,
+    /// never the raw key) as its partition key, `pk`, in the `ietf` headers. Off by default.
+    pub fn with_partition_keys(self, on: bool) -> Self {
+        Self { partition_keys: on, ..self }
     }
 
     /// The limiter of a configuration: its policies on `store`, its `[server]` identity and
@@ -271,6 +279,19 @@ impl Ruling<'_> {
         self.limiter.enforcer.view(&self.checks, self.outcome.as_ref().ok()?)
     }
 
+    /// Every limit the response describes, in the route's order: each enforced limit's view
+    /// (shadow limits are left out); none when the store could not decide.
+    pub fn views(&self) -> impl Iterator<Item = LimitView<'_>> + Clone {
+        let outcome = self.outcome.as_ref().ok();
+        let enforcer = &self.limiter.enforcer;
+        outcome.into_iter().flat_map(|o| enforcer.views(&self.checks, o, self.limiter.partition_keys))
+    }
+
+    /// The position in [`Ruling::views`] of the limit [`Ruling::view`] describes.
+    pub fn described(&self) -> Option<usize> {
+        self.limiter.enforcer.described(&self.checks, self.outcome.as_ref().ok()?)
+    }
+
     /// What to do with the request: pass it on (after a shaping delay), or answer.
     pub fn action(&self) -> Action {
         let outcome = match &self.outcome {
@@ -281,20 +302,21 @@ impl Ruling<'_> {
             return Action::Admit { delay: Duration::from_nanos(outcome.delay()) };
         }
         let l = self.limiter;
-        Action::Deny(Answer::denial(l.deny_status, self.view().as_ref(), &l.styles, l.unix_now()))
+        Action::Deny(Answer::denial(l.deny_status, self.views(), self.described(), &l.styles, l.unix_now()))
     }
 
     /// Writes the rate-limit headers of an admitted request into its response's `headers`.
     pub fn write_headers(&self, headers: &mut HeaderMap) {
-        if let Some(v) = self.view() {
-            write_rate_limit_headers(headers, &self.limiter.styles, &v, self.limiter.unix_now());
+        if let Some(i) = self.described() {
+            write_rate_limit_headers(headers, &self.limiter.styles, self.views(), i, self.limiter.unix_now());
         }
     }
 
-    /// Writes the headers of a denied request (the rate-limit headers of the limit that denied,
-    /// `Retry-After`, `Cache-Control: no-store`) into `headers`, for faces that write their own
-    /// denial body (the decision API).
+    /// Writes the headers of a denied request (the rate-limit headers of its limits, described by
+    /// the one that denied, `Retry-After`, `Cache-Control: no-store`) into `headers`, for faces
+    /// that write their own denial body (the decision API).
     pub fn write_denied_headers(&self, headers: &mut HeaderMap) {
-        write_denied(headers, &self.limiter.styles, self.view().as_ref(), self.limiter.unix_now());
+        let l = self.limiter;
+        write_denied(headers, &l.styles, self.views(), self.described(), l.unix_now());
     }
 }

@@ -1,26 +1,30 @@
 //! The responses sluice writes itself: denials, refusals, errors. Each face turns an [`Answer`]
 //! into its own response type, so every face answers alike.
 
+use std::borrow::Borrow;
+
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use serde::Serialize;
-
 use sluice_config::HeaderStyle;
 
-use crate::headers::{LimitView, retry_after_secs, write_denial_headers, write_denied};
+use crate::headers::{LimitView, denied_retry_after_secs, write_denial_headers, write_denied};
 
 /// A response sluice writes itself: a status, headers and a JSON body.
 ///
 /// ```
-/// use sluice_http::response::Answer;
-/// use sluice_core::{Decision, NANOS_PER_SEC};
+/// use sluice_config::HeaderStyle;
+/// use sluice_core::{Decision, NANOS_PER_SEC, Policy, TokenBucket};
 /// use sluice_http::headers::LimitView;
+/// use sluice_http::response::Answer;
+/// let bucket: Policy = TokenBucket::new(5, 1.0).unwrap().into();
 /// let decision = Decision { allowed: false, limit: 5, remaining: 0, reset_after: 5 * NANOS_PER_SEC,
 ///                           retry_after: 2 * NANOS_PER_SEC + 1, delay: 0 };
-/// let view = LimitView { name: "per-ip", window: 5 * NANOS_PER_SEC, decision };
-/// let a = Answer::denial(http::StatusCode::TOO_MANY_REQUESTS, Some(&view), &[], 0);
+/// let views = [LimitView::new("per-ip", &bucket, decision)];
+/// let a = Answer::denial(http::StatusCode::TOO_MANY_REQUESTS, &views, Some(0), &[HeaderStyle::Ietf], 0);
 /// assert_eq!(a.headers["retry-after"], "3");
+/// assert_eq!(a.headers["ratelimit"], r#""per-ip";r=0;t=3"#);
 /// assert_eq!(a.headers["cache-control"], "no-store");
 /// let body: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
 /// assert_eq!(body["retry_after_seconds"], 3);
@@ -54,8 +58,13 @@ struct DenialBody {
 impl Answer {
     /// `payload` as JSON with `status`, `Content-Type` and `Content-Length`.
     pub fn json<T: Serialize>(status: StatusCode, payload: &T) -> Self {
+        Self::json_with_room(status, payload, 8)
+    }
+
+    /// [`Answer::json`] with room for `headers` headers.
+    fn json_with_room<T: Serialize>(status: StatusCode, payload: &T, headers: usize) -> Self {
         let body = Bytes::from(serde_json::to_vec(payload).unwrap_or_else(|_| b"{}".to_vec()));
-        let mut headers = HeaderMap::with_capacity(8);
+        let mut headers = HeaderMap::with_capacity(headers);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
         headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
         Self { status, headers, body }
@@ -71,21 +80,31 @@ impl Answer {
         Self::error(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    /// A denial by the limit `view` (when known): `status` (429 unless configured),
-    /// `Retry-After` (whole seconds, rounded up, at least 1), `Cache-Control: no-store`, the
+    /// A denial of a request limited by `views` (every limit that applies, in the route's order;
+    /// `described` is the one that denied, when known): `status` (429 unless configured),
+    /// `Retry-After` (the described limit's wait in whole seconds, rounded up, at least 1; the
+    /// same number as its `t` in the `ietf` `RateLimit`), `Cache-Control: no-store`, the
     /// rate-limit headers in `styles` (`unix_now` for the absolute `X-RateLimit-Reset`), and a
     /// body that names no key, IP or policy (those go to the logs only).
-    pub fn denial(status: StatusCode, view: Option<&LimitView<'_>>, styles: &[HeaderStyle], unix_now: u64) -> Self {
-        let secs = view.map_or(1, |v| retry_after_secs(&v.decision));
-        let mut a = Self::json(
-            status,
-            &DenialBody {
-                error: "rate_limit_exceeded",
-                message: "Too many requests: retry after the number of seconds in Retry-After.",
-                retry_after_seconds: secs,
-            },
-        );
-        write_denied(&mut a.headers, styles, view, unix_now);
+    pub fn denial<'a, I>(
+        status: StatusCode,
+        views: I,
+        described: Option<usize>,
+        styles: &[HeaderStyle],
+        unix_now: u64,
+    ) -> Self
+    where
+        I: IntoIterator + Clone,
+        I::Item: Borrow<LimitView<'a>>,
+    {
+        let body = DenialBody {
+            error: "rate_limit_exceeded",
+            message: "Too many requests: retry after the number of seconds in Retry-After.",
+            retry_after_seconds: denied_retry_after_secs(views.clone(), described),
+        };
+        // Room for every header of the three styles with the denial's own: no map regrowth.
+        let mut a = Self::json_with_room(status, &body, 16);
+        write_denied(&mut a.headers, styles, views, described, unix_now);
         a
     }
 

@@ -116,9 +116,9 @@ async fn the_per_key_and_per_ip_limits_deny_with_429_and_headers_and_pass_otherw
 
     let ok = c.get("/hello", &from("key-1")).await;
     assert_eq!((ok.status, ok.text().as_str()), (200, "hello"));
-    // The headers describe the limit closest to denying: per-key (2), one left.
+    // draft-6 describes the limit closest to denying: per-key (2), one left; ietf lists both.
     assert_eq!((ok.num("ratelimit-limit"), ok.num("ratelimit-remaining")), (2, 1));
-    assert_eq!(ok.header("ratelimit"), Some("\"per-key\";r=1;t=1000"));
+    assert_eq!(ok.header("ratelimit"), Some("\"per-ip\";r=2;t=1000, \"per-key\";r=1;t=1000"));
     assert_eq!(c.get("/hello", &from("key-1")).await.status, 200);
 
     // key-1 is spent: the layer answers, the handler does not run.
