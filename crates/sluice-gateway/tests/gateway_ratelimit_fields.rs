@@ -198,7 +198,7 @@ async fn headers_for(limiter: &Limiter, cfg: &Config, ip: &str) -> (http::Header
     let client = limiter.client(ip.parse().unwrap(), &headers);
     let facts =
         RequestFacts { method: "GET", path: "/api", route: "/api", client: &client, headers: &headers, json: None };
-    let ruling = limiter.decide(limiter.checks(&cfg.routes[0].limits, &facts)).await;
+    let ruling = limiter.decide(limiter.checks(&cfg.routes[0].limits, &facts).expect("keys")).await;
     let mut out = http::HeaderMap::new();
     ruling.write_headers(&mut out);
     (out, ruling.checks.iter().map(|c| c.key.0.to_vec()).collect())
