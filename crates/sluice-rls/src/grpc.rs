@@ -14,7 +14,10 @@ pub struct Grpc(pub Arc<Rls>);
 
 #[tonic::async_trait]
 impl RateLimitService for Grpc {
-    async fn should_rate_limit(&self, request: Request<RateLimitRequest>) -> Result<Response<RateLimitResponse>, Status> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
         self.0.should_rate_limit(request.get_ref()).await.map(Response::new)
     }
 }

@@ -72,7 +72,8 @@ fn descriptor(v: &Value) -> Result<RateLimitDescriptor, String> {
         None => None,
         Some(l) => {
             let l = l.as_object().ok_or("limit must be an object")?;
-            let rpu = field(l, "requestsPerUnit", "requests_per_unit").map(|v| uint(v, "requestsPerUnit")).transpose()?;
+            let rpu =
+                field(l, "requestsPerUnit", "requests_per_unit").map(|v| uint(v, "requestsPerUnit")).transpose()?;
             let unit = match field(l, "unit", "unit") {
                 None => 0,
                 Some(Value::String(s)) => PbUnit::from_str_name(s).ok_or(format!("unknown unit `{s}`"))? as i32,

@@ -254,7 +254,11 @@ impl Ctx<'_> {
         for (k, v) in f.map(node, field)? {
             let name = f.key(k, field)?;
             if !RATE_LIMIT_KEYS.split(", ").any(|known| known == name) {
-                return Err(f.error(Some(k.line), format!("{field}.{name}"), format!("unknown key ({RATE_LIMIT_KEYS})")));
+                return Err(f.error(
+                    Some(k.line),
+                    format!("{field}.{name}"),
+                    format!("unknown key ({RATE_LIMIT_KEYS})"),
+                ));
             }
             fields.insert(name, v);
         }
@@ -305,16 +309,28 @@ impl Ctx<'_> {
             {
                 return Err(err(extra, "an unlimited limit takes no unit, rate or algorithm".into()));
             }
-            return Ok(RateLimit { requests_per_unit: 0, unit: Unit::Second, period: 0, rule: Rule::Unlimited, name, replaces });
+            return Ok(RateLimit {
+                requests_per_unit: 0,
+                unit: Unit::Second,
+                period: 0,
+                rule: Rule::Unlimited,
+                name,
+                replaces,
+            });
         }
         let requests = match fields.get("requests_per_unit") {
             Some(n) => f.uint(n, &at("requests_per_unit"), u64::from(u32::MAX))?,
             None => 0,
         };
-        let multiplier = fields.get("unit_multiplier").map(|n| f.uint(n, &at("unit_multiplier"), u64::from(u32::MAX))).transpose()?;
+        let multiplier = fields
+            .get("unit_multiplier")
+            .map(|n| f.uint(n, &at("unit_multiplier"), u64::from(u32::MAX)))
+            .transpose()?;
         let (unit, period) = match (unit, text("window")?) {
             (Some(_), Some(_)) => return Err(err("window", "give `unit` or `window`, not both".into())),
-            (None, None) => return Err(err("unit", "is required (second, minute, hour, day, week, month, year)".into())),
+            (None, None) => {
+                return Err(err("unit", "is required (second, minute, hour, day, week, month, year)".into()));
+            }
             (None, Some(w)) => {
                 if multiplier.is_some() {
                     return Err(err("unit_multiplier", "applies to `unit`, not to `window`".into()));
@@ -351,7 +367,8 @@ impl Ctx<'_> {
         let rule = if requests == 0 {
             Rule::Zero
         } else {
-            let p = policy(algorithm, requests, period, burst).map_err(|e| f.error(Some(node.line), field, e.to_string()))?;
+            let p = policy(algorithm, requests, period, burst)
+                .map_err(|e| f.error(Some(node.line), field, e.to_string()))?;
             Rule::Policy(p)
         };
         let requests_per_unit = u32::try_from(requests).unwrap_or(u32::MAX);

@@ -90,7 +90,11 @@ impl Metrics {
         let domains = Gauge::default();
         let limits = Gauge::default();
         registry.register("sluice_rls_requests", "ShouldRateLimit requests by result", requests.clone());
-        registry.register("sluice_rls_descriptors", "Request descriptors by domain, descriptor and result", descriptors.clone());
+        registry.register(
+            "sluice_rls_descriptors",
+            "Request descriptors by domain, descriptor and result",
+            descriptors.clone(),
+        );
         registry.register("sluice_rls_hits", "Hits asked for (hits_addend) by domain and descriptor", hits.clone());
         registry.register("sluice_rls_config_loads", "Loads of the descriptor directory by result", reloads.clone());
         registry.register("sluice_rls_domains", "Domains loaded", domains.clone());

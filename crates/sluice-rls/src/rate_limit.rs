@@ -124,7 +124,12 @@ pub struct RateLimit {
 /// assert_eq!(p.limit(), 3);
 /// assert_eq!(p.window(), 18 * NANOS_PER_SEC); // 3 tokens at 10 a minute
 /// ```
-pub fn policy(algorithm: AlgorithmKind, requests: u64, period: Nanos, burst: Option<u64>) -> Result<Policy, ParamError> {
+pub fn policy(
+    algorithm: AlgorithmKind,
+    requests: u64,
+    period: Nanos,
+    burst: Option<u64>,
+) -> Result<Policy, ParamError> {
     let per_second = requests as f64 * NANOS_PER_SEC as f64 / period as f64;
     Ok(match algorithm {
         AlgorithmKind::FixedWindow => Policy::from(FixedWindow::new(requests, period)?),

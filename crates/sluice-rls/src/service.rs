@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit as PbLimit};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as PbLimit,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use http::HeaderMap;
@@ -263,8 +265,13 @@ impl Rls {
                         requests_per_unit: rate.requests_per_unit,
                         unit: rate.unit.to_proto() as i32,
                     };
-                    let mut report =
-                        Report { limit: pb, period: rate.period, fixed: true, shadow: m.limit.shadow, name: String::new() };
+                    let mut report = Report {
+                        limit: pb,
+                        period: rate.period,
+                        fixed: true,
+                        shadow: m.limit.shadow,
+                        name: String::new(),
+                    };
                     let slot = match (rate.rule, snap.limit_policy[m.index]) {
                         (Rule::Unlimited, _) => Slot::Unlimited,
                         (Rule::Policy(p), Some(pi)) => {
@@ -294,9 +301,11 @@ impl Rls {
         }
 
         // Decide the store's checks.
-        let over_without_store = slots.iter().zip(&reports).zip(&costs).any(|((s, r), &c)| {
-            matches!(s, Slot::Over) && c > 0 && r.as_ref().is_some_and(|r| !r.shadow)
-        });
+        let over_without_store = slots
+            .iter()
+            .zip(&reports)
+            .zip(&costs)
+            .any(|((s, r), &c)| matches!(s, Slot::Over) && c > 0 && r.as_ref().is_some_and(|r| !r.shadow));
         let live: Vec<usize> = slots
             .iter()
             .filter_map(|s| match s {
@@ -421,24 +430,22 @@ impl Rls {
         }
         let ruling = snap.limiter.decide(Checks::new(pick(live, None), vec!["rls"; live.len()])).await;
         let outcome = ruling.outcome.map_err(store_status)?;
-        let mut unevaluated = Vec::new();
+        // Of a denied request, the checks that admitted were charged nothing (and a store may
+        // not even have consulted them: Redis's deny cache), nor were shadow checks: ask what
+        // they hold, at no cost.
+        let mut peek = Vec::new();
         for (j, &i) in live.iter().enumerate() {
-            let mut d = outcome.decisions[j];
-            if outcome.not_evaluated.contains(&j) {
-                unevaluated.push(i);
-                continue;
-            }
+            let d = outcome.decisions[j];
             let shadow = snap.policies[checks[i].policy].shadow;
-            if !outcome.allowed && d.allowed && !shadow {
-                // Nothing was charged: it has what it had.
-                d.remaining = d.remaining.saturating_add(checks[i].cost).min(d.limit);
+            if outcome.not_evaluated.contains(&j) || (!outcome.allowed && d.allowed && !shadow) {
+                peek.push(i);
+            } else {
+                out[i] = Some(d);
             }
-            out[i] = Some(d);
         }
-        if !unevaluated.is_empty() {
-            // Shadow limits of a denied request are charged nothing; ask what they hold.
-            let decided = self.ask(snap, pick(&unevaluated, Some(0))).await?;
-            for (&i, d) in unevaluated.iter().zip(decided) {
+        if !peek.is_empty() {
+            let decided = self.ask(snap, pick(&peek, Some(0))).await?;
+            for (&i, d) in peek.iter().zip(decided) {
                 out[i] = Some(d);
             }
         }

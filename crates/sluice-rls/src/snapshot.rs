@@ -1,7 +1,6 @@
 //! What one load of the descriptor directory decides with: the descriptors, their policies,
 //! the store and the pipeline's [`Limiter`] over it. Swapped whole on reload.
 
-use std::collections::HashMap;
 use http::StatusCode;
 use sluice_config::{Config, HeaderStyle, PolicyConfig};
 use sluice_core::{Policy, format_duration};
@@ -11,6 +10,7 @@ use sluice_http::identity::ClientIdentity;
 use sluice_http::keys::KeyBuilder;
 use sluice_http::pipeline::Limiter;
 use sluice_store::{KeyHash, KeyHasher};
+use std::collections::HashMap;
 
 use crate::descriptors::Descriptors;
 use crate::rate_limit::Rule;
@@ -113,15 +113,16 @@ impl Snapshot {
     }
 }
 
-/// A policy's name, in headers (`ietf`) and logs: algorithm, size and period.
+/// A policy's name, in headers (`ietf`), logs and Redis keys (so only letters, digits and
+/// `-_.`): algorithm, size and period.
 ///
 /// ```text
-/// fixed-window:20/1m   token-bucket:3/18s   fixed-window:10/1s:shadow
+/// fixed-window-20-per-1m   token-bucket-3-per-18s   fixed-window-10-per-1s-shadow
 /// ```
 fn policy_name(p: &Policy, shadow: bool) -> String {
-    let mut name = format!("{}:{}/{}", p.name(), p.limit(), format_duration(p.window()));
+    let mut name = format!("{}-{}-per-{}", p.name(), p.limit(), format_duration(p.window()));
     if shadow {
-        name.push_str(":shadow");
+        name.push_str("-shadow");
     }
     name
 }

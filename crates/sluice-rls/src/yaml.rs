@@ -53,10 +53,8 @@ pub(crate) struct SyntaxError {
 pub(crate) fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     let mut builder = Builder { stack: Vec::new(), anchors: HashMap::new(), nodes: 0, root: None };
     for item in Parser::new_from_str(text) {
-        let (event, span) = item.map_err(|e| SyntaxError {
-            line: Some(e.marker().line()),
-            message: e.info().to_string(),
-        })?;
+        let (event, span) =
+            item.map_err(|e| SyntaxError { line: Some(e.marker().line()), message: e.info().to_string() })?;
         let line = span.start.line();
         if builder.event(event, line)? {
             break;
@@ -93,10 +91,11 @@ impl Builder {
                 self.anchored(Node { line, kind: Kind::Scalar(text.into_owned(), quoted) }, anchor)
             }
             Event::Alias(id) => {
-                let node = self.anchors.get(&id).cloned().ok_or_else(|| SyntaxError {
-                    line: Some(line),
-                    message: "alias to an unknown anchor".into(),
-                })?;
+                let node = self
+                    .anchors
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| SyntaxError { line: Some(line), message: "alias to an unknown anchor".into() })?;
                 self.count(count_nodes(&node), line)?;
                 node
             }
@@ -199,7 +198,9 @@ mod tests {
         let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
         for i in 1..8 {
             let p = i - 1;
-            bomb.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+            bomb.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
         }
         assert!(parse(&bomb).unwrap_err().message.contains("nodes"));
     }
