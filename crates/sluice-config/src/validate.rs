@@ -454,7 +454,11 @@ fn rls(src: &Source<'_>, raw: toml::Spanned<RawRls>) -> Result<Rls, ConfigError>
         "independent" => RlsCharge::Independent,
         other => {
             let line = Some(src.field_line(&span, "charge"));
-            return Err(src.error(line, "rls.charge", format!("`{other}` is neither `all-or-nothing` nor `independent`")));
+            return Err(src.error(
+                line,
+                "rls.charge",
+                format!("`{other}` is neither `all-or-nothing` nor `independent`"),
+            ));
         }
     };
     Ok(Rls { listen, descriptors: r.descriptors.into(), charge })
