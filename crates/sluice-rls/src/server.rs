@@ -57,6 +57,8 @@ pub async fn serve(listener: TcpListener, rls: Arc<Rls>, shutdown: impl Future<O
             let _ = conn.await;
         });
     }
+    // Refuse new connections at once (a client sees the service gone, not a silent backlog).
+    drop(listener);
     reporter.set_not_serving::<RateLimitServiceServer<Grpc>>().await;
     graceful.shutdown().await;
     Ok(())
