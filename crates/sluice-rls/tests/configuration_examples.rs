@@ -24,7 +24,9 @@ async fn example_1(b: Backend) {
 
 /// Nested descriptors, and several descriptors in one request: the answer is their OR.
 async fn example_2(b: Backend) {
-    let h = start(b, "domain: messaging
+    let h = start(
+        b,
+        "domain: messaging
 descriptors:
   - key: message_type
     value: marketing
@@ -37,10 +39,13 @@ descriptors:
     rate_limit:
       unit: day
       requests_per_unit: 100
-").await;
+",
+    )
+    .await;
     let mut c = h.client().await;
     let number = fresh("2061111111");
-    let both: &[&[(&str, &str)]] = &[&[("message_type", "marketing"), ("to_number", &number)], &[("to_number", &number)]];
+    let both: &[&[(&str, &str)]] =
+        &[&[("message_type", "marketing"), ("to_number", &number)], &[("to_number", &number)]];
     for i in 0..5u32 {
         let r = call(&mut c, request("messaging", both, 1)).await;
         assert_eq!(overall(&r), Code::Ok);
@@ -58,7 +63,9 @@ descriptors:
 
 /// The most specific match wins: key and value before key alone; 0 a second always denies.
 async fn example_3(b: Backend) {
-    let h = start(b, "domain: edge_proxy_per_ip
+    let h = start(
+        b,
+        "domain: edge_proxy_per_ip
 descriptors:
   - key: remote_address
     rate_limit:
@@ -69,13 +76,21 @@ descriptors:
     rate_limit:
       unit: second
       requests_per_unit: 0
-").await;
+",
+    )
+    .await;
     let mut c = h.client().await;
     let r = call(&mut c, request("edge_proxy_per_ip", &[&[("remote_address", "50.0.0.1")]], 1)).await;
-    assert_eq!((overall(&r), limit_of(&r.statuses[0]), r.statuses[0].limit_remaining), (Code::Ok, Some((10, "SECOND")), 9));
+    assert_eq!(
+        (overall(&r), limit_of(&r.statuses[0]), r.statuses[0].limit_remaining),
+        (Code::Ok, Some((10, "SECOND")), 9)
+    );
     for _ in 0..3 {
         let r = call(&mut c, request("edge_proxy_per_ip", &[&[("remote_address", "50.0.0.5")]], 1)).await;
-        assert_eq!((overall(&r), limit_of(&r.statuses[0]), r.statuses[0].limit_remaining), (Code::OverLimit, Some((0, "SECOND")), 0));
+        assert_eq!(
+            (overall(&r), limit_of(&r.statuses[0]), r.statuses[0].limit_remaining),
+            (Code::OverLimit, Some((0, "SECOND")), 0)
+        );
     }
 }
 
@@ -111,7 +126,9 @@ async fn example_5(b: Backend) {
 
 /// `shadow_mode`: decided and counted, always OK; user-b is enforced.
 async fn example_6(b: Backend) {
-    let h = start(b, "domain: example6
+    let h = start(
+        b,
+        "domain: example6
 descriptors:
   - key: service
     descriptors:
@@ -126,7 +143,9 @@ descriptors:
         rate_limit:
           requests_per_unit: 20
           unit: second
-").await;
+",
+    )
+    .await;
     let mut c = h.client().await;
     away_from_boundary(b, 1, 1).await;
     for i in 0..15u32 {
@@ -145,7 +164,9 @@ descriptors:
 
 /// `replaces`: a matched limit named in another's `replaces` is dropped, and not charged.
 async fn example_7(b: Backend) {
-    let h = start(b, "domain: example7
+    let h = start(
+        b,
+        "domain: example7
 descriptors:
   - key: key_1
     value: value_1
@@ -166,7 +187,9 @@ descriptors:
             - name: specific_limit
           requests_per_unit: 10
           unit: second
-").await;
+",
+    )
+    .await;
     let mut c = h.client().await;
     away_from_boundary(b, 1, 1).await;
     let first: &[(&str, &str)] = &[("key_1", "value_1"), ("user", "bkthomps")];
@@ -198,7 +221,9 @@ async fn example_8(b: Backend) {
 
 /// Wildcards anywhere in the value; each matching value has its own counter.
 async fn example_9(b: Backend) {
-    let h = start(b, "domain: example9
+    let h = start(
+        b,
+        "domain: example9
 descriptors:
   - key: key1
     value: value*
@@ -215,7 +240,9 @@ descriptors:
     rate_limit:
       unit: minute
       requests_per_unit: 20
-").await;
+",
+    )
+    .await;
     let mut c = h.client().await;
     let hit = |k: &'static str, v: &'static str| request("example9", &[&[(k, v)]], 1);
     away_from_boundary(b, 60, 2).await;
@@ -239,7 +266,9 @@ descriptors:
 
 /// `value_to_metric`: runtime values in the metric label at the levels that ask.
 async fn example_10(b: Backend) {
-    let h = start(b, "domain: example10
+    let h = start(
+        b,
+        "domain: example10
 descriptors:
   - key: route
     value_to_metric: true
@@ -251,7 +280,9 @@ descriptors:
             rate_limit:
               unit: minute
               requests_per_unit: 60
-").await;
+",
+    )
+    .await;
     let mut c = h.client().await;
     call(&mut c, request("example10", &[&[("route", "api"), ("http_method", "GET"), ("subject_id", "123")]], 1)).await;
     call(&mut c, request("example10", &[&[("route", "web"), ("http_method", "POST"), ("subject_id", "456")]], 1)).await;
@@ -262,7 +293,9 @@ descriptors:
 
 /// `share_threshold`: every value a wildcard matches shares one counter.
 async fn example_11(b: Backend) {
-    let h = start(b, "domain: example11
+    let h = start(
+        b,
+        "domain: example11
 descriptors:
   - key: files
     value: files/*
@@ -276,7 +309,9 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: 10
-").await;
+",
+    )
+    .await;
     let mut c = h.client().await;
     away_from_boundary(b, 3600, 5).await;
     for f in ["files/a.pdf", "files/b.csv"] {
@@ -305,4 +340,7 @@ macro_rules! on_both_stores {
     };
 }
 
-on_both_stores!(example_1, example_2, example_3, example_4, example_5, example_6, example_7, example_8, example_9, example_10, example_11);
+on_both_stores!(
+    example_1, example_2, example_3, example_4, example_5, example_6, example_7, example_8, example_9, example_10,
+    example_11
+);
