@@ -2,6 +2,7 @@
 //! faces: hits_addend, limit overrides, response headers, sluice's algorithms and periods on
 //! both stores, POST /json, health, metrics and reloads that keep state.
 
+#[macro_use]
 mod support;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
@@ -277,15 +278,5 @@ async fn redis_down_is_an_error_envoy_can_act_on() {
     assert_eq!(overall(&r), Code::Ok, "a descriptor without a limit never asks the store");
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),*) => {
-        mod memory {
-            $( #[tokio::test] async fn $name() { super::$name(super::Backend::Memory).await; } )*
-        }
-        mod redis {
-            $( #[tokio::test] async fn $name() { super::$name(super::Backend::Redis).await; } )*
-        }
-    };
-}
 
 on_both_stores!(hits_addend, overrides, headers, algorithms_everywhere);

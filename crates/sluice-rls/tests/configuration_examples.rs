@@ -2,6 +2,7 @@
 //! the memory store and on a real Redis: nested descriptors, matching order, depth, unlimited,
 //! shadow_mode, replaces, detailed metrics, wildcards, value_to_metric and share_threshold.
 
+#[macro_use]
 mod support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -329,16 +330,6 @@ descriptors:
     assert!(h.rls.metrics_text().contains("descriptor=\"files_files/*\""));
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),*) => {
-        mod memory {
-            $( #[tokio::test] async fn $name() { super::$name(super::Backend::Memory).await; } )*
-        }
-        mod redis {
-            $( #[tokio::test] async fn $name() { super::$name(super::Backend::Redis).await; } )*
-        }
-    };
-}
 
 on_both_stores!(
     example_1, example_2, example_3, example_4, example_5, example_6, example_7, example_8, example_9, example_10,

@@ -205,3 +205,16 @@ pub fn fresh(tag: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     format!("{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
 }
+
+/// Runs each named `async fn(Backend)` as two tests, `memory::NAME` and `redis::NAME`.
+#[allow(unused_macros)]
+macro_rules! on_both_stores {
+    ($($name:ident),*) => {
+        mod memory {
+            $( #[tokio::test] async fn $name() { super::$name(super::Backend::Memory).await; } )*
+        }
+        mod redis {
+            $( #[tokio::test] async fn $name() { super::$name(super::Backend::Redis).await; } )*
+        }
+    };
+}
