@@ -278,5 +278,4 @@ async fn redis_down_is_an_error_envoy_can_act_on() {
     assert_eq!(overall(&r), Code::Ok, "a descriptor without a limit never asks the store");
 }
 
-
 on_both_stores!(hits_addend, overrides, headers, algorithms_everywhere);

@@ -330,7 +330,6 @@ descriptors:
     assert!(h.rls.metrics_text().contains("descriptor=\"files_files/*\""));
 }
 
-
 on_both_stores!(
     example_1, example_2, example_3, example_4, example_5, example_6, example_7, example_8, example_9, example_10,
     example_11
