@@ -31,6 +31,8 @@ pub struct Config {
     pub decision_log: DecisionLog,
     /// Who may ask `POST /v1/check`, and for how much.
     pub decision_api: DecisionApi,
+    /// Envoy's rate-limit service (`[rls]`), if configured.
+    pub rls: Option<Rls>,
 }
 
 /// `[server]`
@@ -380,4 +382,27 @@ pub struct DecisionLog {
     pub sample: f64,
     /// Cap on denial log lines per second.
     pub denials_per_second: f64,
+}
+
+/// `[rls]`: Envoy's rate-limit service beside the gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rls {
+    /// Address of its gRPC (and `POST /json`) listener.
+    pub listen: SocketAddr,
+    /// The directory of envoyproxy/ratelimit YAML files, one domain per file.
+    pub descriptors: std::path::PathBuf,
+    /// How the descriptors of one request are charged.
+    pub charge: RlsCharge,
+}
+
+/// How the rate-limit service charges a request's descriptors (`rls.charge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RlsCharge {
+    /// sluice's rule: a request admitted by every descriptor is charged to all; a denied one to
+    /// none (envoyproxy/ratelimit with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    #[default]
+    AllOrNothing,
+    /// envoyproxy/ratelimit's default: each descriptor is decided and charged on its own, so a
+    /// denied request still spends the descriptors that admitted it.
+    Independent,
 }

@@ -16,6 +16,7 @@ pub(crate) struct RawConfig {
     pub admin: Option<Spanned<RawAdmin>>,
     pub decision_api: Option<Spanned<RawDecisionApi>>,
     pub decision_log: Option<Spanned<RawDecisionLog>>,
+    pub rls: Option<Spanned<RawRls>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -129,4 +130,12 @@ pub(crate) struct RawAdmin {
 pub(crate) struct RawDecisionLog {
     pub sample: Option<f64>,
     pub denials_per_second: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRls {
+    pub listen: Option<String>,
+    pub descriptors: String,
+    pub charge: Option<String>,
 }

@@ -73,7 +73,8 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         })
         .transpose()?;
     let decision_log = decision_log(src, raw.decision_log)?;
-    Ok(Config { server, upstream, policies, routes, store, admin, decision_log, decision_api })
+    let rls = raw.rls.map(|r| rls(src, r)).transpose()?;
+    Ok(Config { server, upstream, policies, routes, store, admin, decision_log, decision_api, rls })
 }
 
 fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -597,6 +598,25 @@ fn when_full(s: &RawStore) -> Result<WhenFull, (&'static str, String)> {
         size.depth = depth;
     }
     Ok(WhenFull::Fold(size))
+}
+
+fn rls(src: &Source<'_>, raw: toml::Spanned<RawRls>) -> Result<Rls, ConfigError> {
+    let span = raw.span();
+    let r = raw.into_inner();
+    let listen = addr(src, &span, "rls", "listen", r.listen.as_deref().unwrap_or("0.0.0.0:8081"))?;
+    let charge = match r.charge.as_deref().unwrap_or("all-or-nothing") {
+        "all-or-nothing" => RlsCharge::AllOrNothing,
+        "independent" => RlsCharge::Independent,
+        other => {
+            let line = Some(src.field_line(&span, "charge"));
+            return Err(src.error(
+                line,
+                "rls.charge",
+                format!("`{other}` is neither `all-or-nothing` nor `independent`"),
+            ));
+        }
+    };
+    Ok(Rls { listen, descriptors: r.descriptors.into(), charge })
 }
 
 fn decision_log(src: &Source<'_>, raw: Option<toml::Spanned<RawDecisionLog>>) -> Result<DecisionLog, ConfigError> {

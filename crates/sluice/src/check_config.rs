@@ -17,6 +17,10 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = sluice_config::load(&args.file)?;
     print!("{}", describe(&config));
+    if let Some(rls) = &config.rls {
+        let d = sluice_rls::load_dir(&rls.descriptors)?;
+        println!("rls: {} ({:?}), domains: {}", rls.listen, rls.charge, d.domain_names().join(", "));
+    }
     println!("{}: OK", args.file.display());
     Ok(())
 }

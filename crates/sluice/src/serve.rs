@@ -99,17 +99,48 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let rls = start_rls(&gateway.config().config).await?;
     let stop = termination();
     tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone()));
     observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
+    if let Some((line, ..)) = &rls {
+        println!("{line}");
+    }
     serve_per_core(listeners, gateway, stop, drain).await?;
     if let Some((_, stop, task)) = admin {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
+    if let Some((_, stop, task)) = rls {
         let _ = stop.send(());
         let _ = task.await;
     }
     observe::stopped();
     Ok(())
 }
+
+/// Envoy's rate-limit service (`[rls]`) beside the gateway, on this runtime; SIGHUP reloads its
+/// descriptor directory too. Returns its listening line and what stops it.
+async fn start_rls(config: &sluice_config::Config) -> anyhow::Result<Option<RlsTask>> {
+    let Some(settings) = &config.rls else { return Ok(None) };
+    let rls = Arc::new(sluice_rls::Rls::from_config(config)?);
+    let at = settings.listen;
+    let l = TcpListener::bind(at).await.with_context(|| format!("cannot listen on {at} (rls)"))?;
+    let line = format!(
+        "sluice rls listening on {} (gRPC, POST /json), domains: {}",
+        l.local_addr()?,
+        rls.domains().join(", ")
+    );
+    tokio::spawn(sluice_rls::reload_on_hangup(rls.clone()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(sluice_rls::serve(l, rls, async move {
+        let _ = stopped.await;
+    }));
+    Ok(Some((line, stop, task)))
+}
+
+/// The rate-limit service's listening line, its stop signal and its task.
+type RlsTask = (String, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>);
 
 #[cfg(unix)]
 type Hangup = tokio::signal::unix::Signal;

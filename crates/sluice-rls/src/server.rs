@@ -1,0 +1,122 @@
+//! The listener: gRPC (`RateLimitService`, `grpc.health.v1.Health`) over HTTP/2 and, on the
+//! same port over HTTP/1.1, `POST /json`, `GET /metrics` and `GET /healthcheck`. The server
+//! tells the protocols apart by the connection's preface, so Envoy's gRPC cluster and a
+//! `curl` share one address.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tonic::body::Body;
+use tonic::service::Routes;
+use tower::ServiceExt;
+
+use crate::grpc::Grpc;
+use crate::json;
+use crate::service::Rls;
+
+/// The largest `POST /json` body read.
+const MAX_JSON_BYTES: usize = 64 * 1024;
+
+/// Serves `rls` on `listener` until `shutdown` completes, then lets open requests finish.
+pub async fn serve(listener: TcpListener, rls: Arc<Rls>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<RateLimitServiceServer<Grpc>>().await;
+    let routes = Routes::new(RateLimitServiceServer::new(Grpc(rls.clone()))).add_service(health).prepare();
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                // A connection that failed before it was accepted (reset, out of descriptors):
+                // the listener itself is fine.
+                Err(_) => continue,
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let (routes, rls) = (routes.clone(), rls.clone());
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let (routes, rls) = (routes.clone(), rls.clone());
+            async move { Ok::<_, Infallible>(route(req, routes, rls).await) }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    // Refuse new connections at once (a client sees the service gone, not a silent backlog).
+    drop(listener);
+    reporter.set_not_serving::<RateLimitServiceServer<Grpc>>().await;
+    graceful.shutdown().await;
+    Ok(())
+}
+
+async fn route(req: Request<Incoming>, routes: Routes, rls: Arc<Rls>) -> Response<Body> {
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/json") => json_answer(req, &rls).await,
+        (&Method::GET, "/metrics") => plain(StatusCode::OK, "text/plain; version=0.0.4", rls.metrics_text()),
+        (&Method::GET, "/healthcheck") => plain(StatusCode::OK, "text/plain", "OK".into()),
+        _ => match routes.oneshot(req).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        },
+    }
+}
+
+async fn json_answer(req: Request<Incoming>, rls: &Rls) -> Response<Body> {
+    let body = match Limited::new(req.into_body(), MAX_JSON_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return plain(StatusCode::BAD_REQUEST, "text/plain", "body unreadable or too large\n".into()),
+    };
+    let request = match json::parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => return plain(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n")),
+    };
+    match rls.should_rate_limit(&request).await {
+        Ok(r) => plain(json::status_of(&r), "application/json", json::response_json(&r).to_string()),
+        Err(s) if s.code() == tonic::Code::InvalidArgument => {
+            plain(StatusCode::BAD_REQUEST, "text/plain", format!("{}\n", s.message()))
+        }
+        Err(s) => plain(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{}\n", s.message())),
+    }
+}
+
+fn plain(status: StatusCode, content_type: &'static str, text: String) -> Response<Body> {
+    let mut r = Response::new(Body::new(Full::new(Bytes::from(text))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    r
+}
+
+/// Reloads `rls` on every SIGHUP until the process ends; a refused reload keeps the running
+/// descriptors and is told on stderr.
+pub async fn reload_on_hangup(rls: Arc<Rls>) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+        while hup.recv().await.is_some() {
+            if let Err(e) = rls.reload() {
+                // One write, so a reader never sees half the line.
+                let line = format!("sluice rls reload refused, keeping the running descriptors: {e}\n");
+                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = rls;
+    }
+}

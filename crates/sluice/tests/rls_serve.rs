@@ -1,0 +1,136 @@
+//! `sluice serve --config` with an `[rls]` section: Envoy's rate-limit service beside the
+//! gateway, its `POST /json` endpoint, SIGHUP reloading the descriptor directory, and
+//! `sluice check-config` reading the descriptor files.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use support::{SLUICE, TempDir};
+
+const LIMITS: &str =
+    "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn config(dir: &TempDir, port: u16) -> String {
+    std::fs::create_dir_all(dir.dir().join("ratelimit")).unwrap();
+    dir.write("ratelimit/edge.yaml", LIMITS);
+    dir.write(
+        "sluice.toml",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[rls]\nlisten = \"127.0.0.1:{port}\"\ndescriptors = {:?}\n",
+            dir.path("ratelimit")
+        ),
+    )
+}
+
+/// `POST /json` for `user`: the status and the JSON body.
+fn check(port: u16, user: &str) -> (u16, serde_json::Value) {
+    let body =
+        format!(r#"{{"domain": "edge", "descriptors": [{{"entries": [{{"key": "user", "value": "{user}"}}]}}]}}"#);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!("POST /json HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).unwrap().parse().unwrap();
+    let json = out.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(json).unwrap_or(serde_json::Value::Null))
+}
+
+/// `sluice serve --config path`, killed when dropped; stdout is drained by a thread.
+struct Sluice(Child);
+
+impl Sluice {
+    fn start(path: &str) -> Self {
+        let mut child = Command::new(SLUICE)
+            .args(["serve", "--config", path])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || for _ in out.lines() {});
+        Sluice(child)
+    }
+
+    fn hangup(&self) {
+        assert!(Command::new("kill").args(["-HUP", &self.0.id().to_string()]).status().unwrap().success());
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(port: u16) {
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the rate-limit service did not listen on {port}");
+}
+
+#[test]
+fn serve_runs_the_rate_limit_service_and_reloads_it_on_sighup() {
+    let dir = TempDir::new("rls-serve");
+    let port = free_port();
+    let path = config(&dir, port);
+    let sluice = Sluice::start(&path);
+    wait_for(port);
+    let statuses: Vec<u16> = (0..3).map(|_| check(port, "alice").0).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    let (status, body) = check(port, "bob");
+    assert_eq!(status, 200);
+    assert_eq!(body["overallCode"], "OK");
+    assert_eq!(body["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+    assert_eq!(body["statuses"][0]["currentLimit"]["unit"], "HOUR");
+    assert_eq!(body["statuses"][0]["limitRemaining"], 1);
+
+    // A bad file is refused and the running descriptors stay; a good one is taken.
+    dir.write("ratelimit/edge.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight}\n");
+    sluice.hangup();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(check(port, "alice").0, 429, "the old descriptors still decide");
+    dir.write("ratelimit/edge.yaml", &LIMITS.replace("requests_per_unit: 2", "requests_per_unit: 5"));
+    sluice.hangup();
+    let mut remaining = None;
+    for _ in 0..50 {
+        let (_, body) = check(port, "dave");
+        if body["statuses"][0]["currentLimit"]["requestsPerUnit"] == 5 {
+            remaining = Some(body["statuses"][0]["limitRemaining"].clone());
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(remaining.is_some(), "the reload took effect");
+}
+
+#[test]
+fn check_config_reads_the_descriptor_files() {
+    let dir = TempDir::new("rls-check");
+    let path = config(&dir, free_port());
+    let out = Command::new(SLUICE).args(["check-config", &path]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("domains: edge"));
+    dir.write(
+        "ratelimit/edge.yaml",
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: -1\n",
+    );
+    let out = Command::new(SLUICE).args(["check-config", &path]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("edge.yaml:6: descriptors[0].rate_limit.requests_per_unit: must be a whole number"), "{err}");
+}
