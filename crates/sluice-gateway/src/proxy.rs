@@ -91,6 +91,13 @@ impl Upstream {
         parts.uri = uri;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
+        // A body of unknown length goes on chunked, whatever the method: hyper's client would
+        // otherwise send a GET's body as none, and the upstream would act on another request
+        // than the one that was limited.
+        if !http_body::Body::is_end_stream(&body) && http_body::Body::size_hint(&body).exact().is_none() {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        }
         forwarding.apply(&mut parts.headers, client);
         let req = Request::from_parts(parts, body);
         match tokio::time::timeout(self.timeout, self.pool().request(req)).await {

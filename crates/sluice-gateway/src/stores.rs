@@ -91,7 +91,18 @@ impl StoreBuilder for RedisStores {
         };
         options.timeout = Duration::from_millis(*timeout_ms);
         options.key_prefix = key_prefix.clone();
-        let store = RedisStore::new(named_policies(config), options).map_err(|e| GatewayError::Store(e.to_string()))?;
-        Ok(Arc::new(store))
+        let store =
+            Arc::new(RedisStore::new(named_policies(config), options).map_err(|e| GatewayError::Store(e.to_string()))?);
+        // Redis evicting sluice's keys under memory pressure would reset limits: say so at start
+        // (asked in the background, so a slow Redis does not hold start-up).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let asked = store.clone();
+            runtime.spawn(async move {
+                if let Some(warning) = asked.eviction_warning().await {
+                    tracing::warn!(target: "sluice::event", event = "redis_may_evict", "{warning}");
+                }
+            });
+        }
+        Ok(store)
     }
 }

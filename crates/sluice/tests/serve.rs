@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -15,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use support::TempDir;
+use support::raw::{Resp, http};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 const WAIT: Duration = Duration::from_secs(20);
@@ -142,72 +142,6 @@ fn listening_addr(line: &str) -> SocketAddr {
         url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {line:?}"));
     assert_ne!(port, 0, "{line}");
     SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// A response read to its end.
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(String::as_str)
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
-    }
-}
-
-/// One HTTP/1.1 request on a fresh connection (`Connection: close`), read to the end.
-fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Resp {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("response within the timeout");
-    parse_response(&raw)
-}
-
-fn parse_response(raw: &[u8]) -> Resp {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| {
-        panic!("no complete response head: {:?}", String::from_utf8_lossy(raw));
-    });
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("status line");
-    let mut headers = HashMap::new();
-    for line in lines {
-        let (k, v) = line.split_once(':').expect("header line");
-        headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-    }
-    let mut body = raw[split + 4..].to_vec();
-    if headers.get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        body = dechunk(&body);
-    }
-    Resp { status, headers, body }
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let eol = data.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
-        let size = usize::from_str_radix(std::str::from_utf8(&data[..eol]).unwrap().trim(), 16).expect("chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&data[eol + 2..eol + 2 + size]);
-        data = &data[eol + 2 + size + 2..];
-    }
 }
 
 #[test]

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod raw;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
