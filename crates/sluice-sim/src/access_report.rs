@@ -419,7 +419,8 @@ impl AccessReport {
                 ));
             }
         }
-        s.push_str(&aligned(&rows, 3));
+        // Route, policy and algorithm, then numbers, then the two times.
+        s.push_str(&aligned(&rows, |i| i < 3 || i > 6));
         for line in unsimulated {
             let _ = writeln!(s, "{line}");
         }
@@ -446,7 +447,7 @@ impl AccessReport {
                 rows.extend(
                     keys.iter().map(|k| vec![k.key_hash.clone(), k.requests.to_string(), k.denied.to_string()]),
                 );
-                for line in aligned(&rows, 1).lines() {
+                for line in aligned(&rows, |i| i == 0).lines() {
                     let _ = writeln!(s, "    {line}");
                 }
                 if l.busiest_keys_exact == Some(false) {

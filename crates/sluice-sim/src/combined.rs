@@ -21,6 +21,10 @@
 //! assert_eq!(headers, [("user-agent", &b"curl/8.5"[..]), ("x-forwarded-for", b"203.0.113.7")]);
 //! ```
 
+use std::cell::Cell;
+
+use sluice_core::Nanos;
+
 use crate::log_request::{LineError, LogRequest, parse_address};
 use crate::log_time::parse_clf_time;
 
@@ -30,6 +34,24 @@ pub struct CombinedFormat {
     /// The last quoted field after the user agent is `X-Forwarded-For` (absent when no quoted
     /// field follows the user agent, or when it is `-`).
     pub forwarded_last: bool,
+}
+
+thread_local! {
+    /// The last time read and its value: a busy log repeats each second on many lines.
+    static LAST_TIME: Cell<([u8; 26], Nanos)> = const { Cell::new(([0; 26], 0)) };
+}
+
+/// [`parse_clf_time`], remembering the last time read.
+fn clf_time(text: &[u8]) -> Result<Nanos, LineError> {
+    let (last, at) = LAST_TIME.get();
+    if last[..] == *text {
+        return Ok(at);
+    }
+    let at = parse_clf_time(text)?;
+    if let Ok(key) = <[u8; 26]>::try_from(text) {
+        LAST_TIME.set((key, at));
+    }
+    Ok(at)
 }
 
 /// A read position in a line.
@@ -121,7 +143,7 @@ impl CombinedFormat {
         let (Some(open), Some(time)) = (open, time) else {
             return Err(LineError::Missing("[time] like [10/Oct/2000:13:55:36 -0700]".into()));
         };
-        out.at = parse_clf_time(time)?;
+        out.at = clf_time(time)?;
         c.i = open + 28;
         let (request, escaped) = c.spaced_quoted().ok_or_else(|| LineError::Missing("quoted request".into()))?;
         out.set_request_line(request, escaped)?;

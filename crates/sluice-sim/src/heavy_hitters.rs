@@ -63,93 +63,81 @@ impl Hasher for KeyHashHasher {
 }
 
 /// The space-saving summary of one stream of keys.
+///
+/// The slots are kept sorted by count, so the slot to replace is always the first. A count
+/// only ever grows by one: a slot moves to the end of its group of equal counts (found by
+/// binary search) before its count grows, and the order holds. Empty slots count 0, so taking
+/// a new key into an empty slot and into the least counted one are the same step.
 #[derive(Clone)]
 pub struct HeavyHitters {
-    /// The most keys kept.
-    capacity: usize,
-    /// The kept keys as a min-heap by `requests`: the root is the one to replace.
-    heap: Vec<HeavyHitter>,
-    /// Where each kept key is in `heap`.
-    index: HashMap<KeyHash, usize, BuildHasherDefault<KeyHashHasher>>,
+    /// One entry per slot, in a fixed place for as long as its key is kept.
+    entries: Vec<HeavyHitter>,
+    /// Slot numbers in order of count, least first.
+    order: Vec<u32>,
+    /// The count of each slot in `order`, in the same order (a compact array to search).
+    counts: Vec<u64>,
+    /// Where each slot is in `order`.
+    position: Vec<u32>,
+    /// The slot of each kept key.
+    index: HashMap<KeyHash, u32, BuildHasherDefault<KeyHashHasher>>,
 }
 
 impl std::fmt::Debug for HeavyHitters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeavyHitters").field("capacity", &self.capacity).field("kept", &self.heap.len()).finish()
+        f.debug_struct("HeavyHitters").field("capacity", &self.entries.len()).field("kept", &self.index.len()).finish()
     }
 }
 
 impl HeavyHitters {
-    /// A summary keeping at most `capacity` keys (at least 1).
+    /// A summary keeping at most `capacity` keys (at least 1, at most 2^32).
     pub fn new(capacity: usize) -> Self {
-        Self { capacity: capacity.max(1), heap: Vec::new(), index: HashMap::default() }
+        let n = capacity.clamp(1, u32::MAX as usize);
+        let empty = HeavyHitter { key: KeyHash([0; 16]), requests: 0, denied: 0, overcount: 0 };
+        Self {
+            entries: vec![empty; n],
+            order: (0..n as u32).collect(),
+            counts: vec![0; n],
+            position: (0..n as u32).collect(),
+            index: HashMap::with_capacity_and_hasher(n, BuildHasherDefault::default()),
+        }
     }
 
     /// Counts one request of `key`, denied or not.
     pub fn add(&mut self, key: KeyHash, denied: bool) {
-        let d = u64::from(denied);
-        let i = match self.index.get(&key) {
-            Some(&i) => {
-                self.heap[i].requests += 1;
-                self.heap[i].denied += d;
-                i
-            }
-            None if self.heap.len() < self.capacity => {
-                self.heap.push(HeavyHitter { key, requests: 1, denied: d, overcount: 0 });
-                let i = self.heap.len() - 1;
-                self.index.insert(key, i);
-                // A count of 1 is the smallest there is: it only rises towards the root.
-                self.sift_up(i);
-                return;
-            }
+        let slot = match self.index.get(&key) {
+            Some(&slot) => slot,
             None => {
-                let min = self.heap[0];
-                self.index.remove(&min.key);
-                self.heap[0] = HeavyHitter { key, requests: min.requests + 1, denied: d, overcount: min.requests };
-                self.index.insert(key, 0);
-                0
+                // The least counted slot (an empty one first) takes the key, and its count as
+                // the new key's possible overcount.
+                let slot = self.order[0];
+                let e = &mut self.entries[slot as usize];
+                if e.requests > 0 {
+                    self.index.remove(&e.key);
+                }
+                *e = HeavyHitter { key, requests: e.requests, denied: 0, overcount: e.requests };
+                self.index.insert(key, slot);
+                slot
             }
         };
-        self.sift_down(i);
-    }
-
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.index.insert(self.heap[a].key, a);
-        self.index.insert(self.heap[b].key, b);
-    }
-
-    fn sift_up(&mut self, mut i: usize) {
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            if self.heap[parent].requests <= self.heap[i].requests {
-                break;
-            }
-            self.swap(parent, i);
-            i = parent;
+        // Move the slot to the end of its group of equal counts, then count.
+        let at = self.position[slot as usize] as usize;
+        let count = self.counts[at];
+        let last = at + self.counts[at..].partition_point(|&c| c <= count) - 1;
+        if last != at {
+            let other = self.order[last];
+            self.order.swap(at, last);
+            self.position[slot as usize] = last as u32;
+            self.position[other as usize] = at as u32;
         }
-    }
-
-    fn sift_down(&mut self, mut i: usize) {
-        loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
-            let mut smallest = i;
-            for c in [l, r] {
-                if c < self.heap.len() && self.heap[c].requests < self.heap[smallest].requests {
-                    smallest = c;
-                }
-            }
-            if smallest == i {
-                return;
-            }
-            self.swap(i, smallest);
-            i = smallest;
-        }
+        self.counts[last] += 1;
+        let e = &mut self.entries[slot as usize];
+        e.requests += 1;
+        e.denied += u64::from(denied);
     }
 
     /// The `n` keys with the most requests, most first (ties: by key, for a stable report).
     pub fn top(&self, n: usize) -> Vec<HeavyHitter> {
-        let mut all = self.heap.clone();
+        let mut all: Vec<HeavyHitter> = self.entries.iter().filter(|e| e.requests > 0).copied().collect();
         all.sort_unstable_by(|a, b| b.requests.cmp(&a.requests).then(a.key.cmp(&b.key)));
         all.truncate(n);
         all
@@ -157,7 +145,7 @@ impl HeavyHitters {
 
     /// True while every count is exact: no key was ever replaced.
     pub fn exact(&self) -> bool {
-        self.heap.iter().all(|h| h.overcount == 0)
+        self.entries.iter().all(|h| h.overcount == 0)
     }
 }
 

@@ -60,13 +60,16 @@ pub struct LogRequest {
     pub at: Nanos,
     /// The address that connected (nginx `$remote_addr`): the peer the gateway would have seen.
     pub peer: IpAddr,
-    /// Method, path and header values, one after the other; the spans below point into it.
-    bytes: Vec<u8>,
-    /// Where the method is in `bytes`.
+    /// Method and path, one after the other (text, checked once when pushed).
+    text: String,
+    /// Where the method is in `text`.
     method: (u32, u32),
-    /// Where the path (query string removed) is in `bytes`.
+    /// Where the path (query string removed) is in `text`.
     path: (u32, u32),
-    /// The headers present: index into the format's header names, and the value's span.
+    /// Header values, one after the other (bytes: a header need not be UTF-8).
+    bytes: Vec<u8>,
+    /// The headers present: index into the format's header names, and the value's span in
+    /// `bytes`.
     headers: Vec<(usize, (u32, u32))>,
 }
 
@@ -76,6 +79,7 @@ impl Default for LogRequest {
             line: 0,
             at: 0,
             peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            text: String::new(),
             bytes: Vec::new(),
             method: (0, 0),
             path: (0, 0),
@@ -87,6 +91,7 @@ impl Default for LogRequest {
 impl LogRequest {
     /// Empties the request for the next line, keeping its buffers.
     pub fn clear(&mut self) {
+        self.text.clear();
         self.bytes.clear();
         self.headers.clear();
         self.method = (0, 0);
@@ -105,19 +110,14 @@ impl LogRequest {
 
     /// The headers the line carries, as (index into the format's header names, value).
     pub fn headers(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
-        self.headers.iter().map(|&(i, span)| (i, self.span(span)))
+        self.headers.iter().map(|&(i, (start, end))| (i, &self.bytes[start as usize..end as usize]))
     }
 
-    fn span(&self, (start, end): (u32, u32)) -> &[u8] {
-        &self.bytes[start as usize..end as usize]
+    fn text(&self, (start, end): (u32, u32)) -> &str {
+        self.text.get(start as usize..end as usize).unwrap_or("")
     }
 
-    fn text(&self, span: (u32, u32)) -> &str {
-        // Method and path are pushed as text only (see `push_text`).
-        std::str::from_utf8(self.span(span)).unwrap_or("")
-    }
-
-    /// Appends `raw`, unescaped when `escaped`, and returns its span.
+    /// Appends `raw` to the header bytes, unescaped when `escaped`, and returns its span.
     fn push(&mut self, raw: &[u8], escaped: bool) -> (u32, u32) {
         let start = self.bytes.len();
         if escaped {
@@ -128,13 +128,15 @@ impl LogRequest {
         (start as u32, self.bytes.len() as u32)
     }
 
-    /// Appends `raw` as text: bytes that are not UTF-8 become U+FFFD (such a method or path
+    /// Appends `raw` to the text: bytes that are not UTF-8 become U+FFFD (such a method or path
     /// cannot match a route anyway).
     fn push_text(&mut self, raw: &[u8]) -> (u32, u32) {
+        let start = self.text.len();
         match std::str::from_utf8(raw) {
-            Ok(_) => self.push(raw, false),
-            Err(_) => self.push(String::from_utf8_lossy(raw).as_bytes(), false),
+            Ok(t) => self.text.push_str(t),
+            Err(_) => self.text.push_str(&String::from_utf8_lossy(raw)),
         }
+        (start as u32, self.text.len() as u32)
     }
 
     /// Sets the method.

@@ -214,7 +214,8 @@ impl Report {
             .collect();
         let mut table = vec![header];
         table.extend(rows);
-        s.push_str(&aligned(&table, if show_key { 2 } else { 1 }));
+        let text_columns = if show_key { 2 } else { 1 };
+        s.push_str(&aligned(&table, |i| i < text_columns));
         s
     }
 }
@@ -223,22 +224,20 @@ fn format_duration_secs(secs: f64) -> String {
     format_duration((secs * NANOS_PER_SEC as f64).round() as Nanos)
 }
 
-/// The rows as a table: the first `text_columns` columns left-aligned, the others right-aligned,
-/// two spaces apart, one line each.
-pub(crate) fn aligned(rows: &[Vec<String>], text_columns: usize) -> String {
+/// The rows as a table, two spaces between columns, one line each: the columns for which
+/// `left` is true left-aligned (text), the others right-aligned (numbers).
+pub(crate) fn aligned(rows: &[Vec<String>], left: impl Fn(usize) -> bool) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     for row in rows {
-        let cells: Vec<String> =
-            row.iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    if i < text_columns { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) }
-                })
-                .collect();
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| if left(i) { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
+            .collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
     out
