@@ -420,7 +420,7 @@ impl AccessReport {
             }
         }
         // Route, policy and algorithm, then numbers, then the two times.
-        s.push_str(&aligned(&rows, |i| i < 3 || i > 6));
+        s.push_str(&aligned(&rows, |i| !(3..=6).contains(&i)));
         for line in unsimulated {
             let _ = writeln!(s, "{line}");
         }

@@ -85,19 +85,19 @@ impl<'a> Cursor<'a> {
     /// A quoted field, the cursor on its opening quote: its raw content and whether it holds
     /// escapes. `None` when there is no quote here or it is never closed.
     fn quoted(&mut self) -> Option<(&'a [u8], bool)> {
-        if !self.eat(b'"') {
+        let open = self.i;
+        if self.b.get(open) != Some(&b'"') {
             return None;
         }
-        let start = self.i;
+        let start = open + 1;
+        let mut i = start;
         let mut escaped = false;
-        while let Some(off) = self.b[self.i..].iter().position(|&b| b == b'"' || b == b'\\') {
-            let at = self.i + off;
+        while let Some(off) = self.b.get(i..)?.iter().position(|&b| b == b'"' || b == b'\\') {
+            let at = i + off;
             if self.b[at] == b'\\' {
+                // The escaped byte is skipped, whatever it is.
                 escaped = true;
-                self.i = at + 2;
-                if self.i > self.b.len() {
-                    return None;
-                }
+                i = at + 2;
                 continue;
             }
             self.i = at + 1;
@@ -177,7 +177,8 @@ impl CombinedFormat {
                 return Err(LineError::bad("field after the user agent", &line[c.i..], "is not separated by a space"));
             }
             if line.get(c.i) == Some(&b'"') {
-                let field = c.quoted().ok_or_else(|| LineError::bad("field", &line[c.i..], "has no closing quote"))?;
+                let rest = &line[c.i..];
+                let field = c.quoted().ok_or_else(|| LineError::bad("field", rest, "has no closing quote"))?;
                 last_quoted = Some(field);
             } else {
                 c.bare();

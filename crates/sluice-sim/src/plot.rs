@@ -76,7 +76,7 @@ pub fn plot_timeline(path: &Path, timeline: &Timeline, title: &str) -> Result<()
     if bins == 0 {
         return Err(PlotError::Empty);
     }
-    let per_bar = bins.div_ceil(MAX_BARS as usize);
+    let per_bar = bar_bins(timeline.bin(), bins);
     let bin = timeline.bin().saturating_mul(per_bar as u64);
     let bars = bins.div_ceil(per_bar);
     let group = |v: &[u64]| -> Vec<u64> { (0..bars).map(|b| v.iter().skip(b * per_bar).take(per_bar).sum()).collect() };
@@ -102,6 +102,23 @@ pub fn plot_timeline(path: &Path, timeline: &Timeline, title: &str) -> Result<()
         })
         .collect::<Vec<_>>();
     render(path, title, &panels)
+}
+
+/// How many bins of length `bin` one bar groups so that `bins` of them make at most
+/// [`MAX_BARS`] bars, each of a round length (5s, 1m, 15m, 1h, ...) when one fits.
+fn bar_bins(bin: Nanos, bins: usize) -> usize {
+    const ROUND: [u64; 20] = [
+        1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1_800, 3_600, 7_200, 10_800, 21_600, 43_200, 86_400, 172_800,
+        604_800,
+    ];
+    let least = bins.div_ceil(MAX_BARS as usize).max(1);
+    ROUND
+        .iter()
+        .map(|s| s * NANOS_PER_SEC)
+        .filter(|&len| bin > 0 && len % bin == 0)
+        .map(|len| (len / bin) as usize)
+        .find(|&n| n >= least)
+        .unwrap_or(least)
 }
 
 /// Checks that `path` names a figure [`plot`] can draw, before a long run: true for `.svg`,
@@ -386,6 +403,45 @@ mod tests {
         assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), WIDTH);
         assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), TITLE_HEIGHT + 2 * PANEL_HEIGHT);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn timelines_draw_one_panel_per_series_with_long_runs_grouped() {
+        let dir = std::env::temp_dir().join(format!("sluice-sim-timeline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.svg");
+        let origin = 971_211_336 * NANOS_PER_SEC;
+        let mut t = Timeline::new(&["per-ip (token-bucket)", "global (sliding-log)"], origin);
+        // Two hours, one request a second: 7200 one-second bins, drawn as bars of a minute.
+        for s in 0..7_200 {
+            t.add(0, origin + s * NANOS_PER_SEC, s % 4 == 0);
+        }
+        t.add(1, origin, false);
+        assert!(matches!(plot_timeline(&dir.join("t.gif"), &t, "x"), Err(PlotError::Format(_))));
+        plot_timeline(&path, &t, "a day of traffic").unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for text in [
+            "a day of traffic",
+            "per-ip (token-bucket): 5400 admitted, 1800 denied (25.00% denied)",
+            "global (sliding-log): 1 admitted, 0 denied (0.00% denied)",
+            "time since 2000-10-10T20:55:36Z (min)",
+            "denied per 1m",
+        ] {
+            assert!(svg.contains(text), "missing {text:?}");
+        }
+        let empty = Timeline::new(&["p"], 0);
+        assert!(matches!(plot_timeline(&path, &empty, "x"), Err(PlotError::Empty)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bars_are_round_lengths() {
+        let s = NANOS_PER_SEC;
+        assert_eq!(bar_bins(s, 100), 1);
+        assert_eq!(bar_bins(s, 151), 2);
+        assert_eq!(bar_bins(s, 7_200), 60);
+        assert_eq!(bar_bins(4 * s, 4_096), 30, "two minutes of 4 s bins");
+        assert_eq!(bar_bins(s, 150 * 604_800 * 3), 3 * 604_800, "beyond a week: whatever fits");
     }
 
     #[test]
