@@ -12,6 +12,13 @@
 //! - A [`Simulation`] runs every algorithm under every [`KeyScope`] (per IP, per account,
 //!   global) and returns [`RunResults`]; [`Report`] turns them into a table, JSON or CSV;
 //!   [`DecisionCsv`] (a [`DecisionSink`]) writes every decision; [`plot()`] draws a figure.
+//! - An access log runs through a whole configuration with [`run_access_log`]: a
+//!   [`LogSource`] (plain or gzip, bounded lines) read in a [`LogFormat`] (nginx/Apache
+//!   [`CombinedFormat`], or JSON lines with [`JsonFields`]), put back in time order by a
+//!   [`Reorder`] window, each request decided by a [`Judge`] (in `sluice`, the gateway's own
+//!   pipeline; this crate knows no HTTP), counted per route and limit with the busiest keys in
+//!   fixed memory ([`HeavyHitters`]) and, for a plot, a [`Timeline`]; [`AccessReport`] prints
+//!   it, [`AccessDecisionCsv`] writes every decision, [`plot_timeline`] draws it.
 //!
 //! ```
 //! use sluice_sim::{KeyScope, Limits, Quiet, Report, RunInfo, Scenario, Simulation, TrafficParams};

@@ -679,3 +679,68 @@ limits = [{ policy = "per-ip", key = ["ip", "route"] }]
     assert_eq!(busiest["key_hash"], denied["key_hash"]);
     assert_eq!((busiest["requests"].as_u64(), busiest["denied"].as_u64()), (Some(2), Some(1)));
 }
+
+#[test]
+fn shadow_limits_and_shaping_are_counted_as_the_gateway_counts_them() {
+    let dir = TempDir::new("shadow");
+    let config = dir.write(
+        "gateway.toml",
+        r#"
+[[policy]]
+name = "strict"
+algorithm = "fixed-window"
+limit = 3
+window = "1m"
+
+[[policy]]
+name = "watch"
+algorithm = "sliding-log"
+limit = 1
+window = "1m"
+shadow = true
+
+[[policy]]
+name = "paced"
+algorithm = "leaky-bucket"
+rate_per_second = 1
+capacity = 2
+mode = "shape"
+
+[[route]]
+path = "/api/*"
+limits = [{ policy = "strict", key = "ip" }, { policy = "watch", key = "ip" }]
+
+[[route]]
+path = "/paced"
+limits = [{ policy = "paced", key = "ip" }]
+"#,
+    );
+    let line = |second: &str, path: &str| {
+        format!("203.0.113.1 - - [10/Oct/2000:20:55:{second} +0000] \"GET {path} HTTP/1.1\" 200 1\n")
+    };
+    let mut log: String = ["00", "01", "02", "03"].iter().map(|s| line(s, "/api/x")).collect();
+    log.push_str(&line("10", "/paced").repeat(4));
+    let log = dir.write("access.log", &log);
+    // strict admits :00 :01 :02 and denies :03. watch, shadow, is charged for admitted requests
+    // only: it admits :00, would deny :01 and :02 (never failing them), and is not evaluated
+    // for :03, which strict denied. The paced bucket of 2 admits two back to back, the second
+    // held 1 s, and refuses the other two.
+    let table = stdout_ok(&["--config", &config, "--access-log", &log]);
+    let rows: Vec<&str> = table.lines().skip(4).take(5).collect();
+    assert_eq!(
+        rows,
+        [
+            "route   policy          algorithm     requests  admitted  denied  denied %  first denial          last denial",
+            "/api/*  strict          fixed-window         4         3       1    25.00%  2000-10-10T20:55:03Z  2000-10-10T20:55:03Z",
+            "/api/*  watch (shadow)  sliding-log          4         1       2    50.00%  2000-10-10T20:55:01Z  2000-10-10T20:55:02Z",
+            "/api/*  (all limits)                         4         3       1    25.00%  2000-10-10T20:55:03Z  2000-10-10T20:55:03Z",
+            "/paced  paced           leaky-bucket         4         2       2    50.00%  2000-10-10T20:55:10Z  2000-10-10T20:55:10Z",
+        ]
+    );
+    let v = json_ok(&["--config", &config, "--access-log", &log]);
+    let watch = &v["routes"][0]["limits"][1];
+    assert_eq!((watch["shadow"].as_bool(), watch["not_evaluated"].as_u64()), (Some(true), Some(1)));
+    assert_eq!(watch["busiest_keys"][0]["requests"], 3, "keys count the requests a limit decided");
+    let paced = &v["routes"][1]["limits"][0];
+    assert_eq!((paced["delayed"].as_u64(), paced["max_delay_seconds"].as_f64()), (Some(1), Some(1.0)));
+}
