@@ -4,7 +4,7 @@
 #
 #   bash bench/access-log.sh            # 2,000,000 lines
 #   bash bench/access-log.sh 10000000   # more
-#   GZIP=1 bash bench/access-log.sh     # the same log gzip-compressed
+#   COMPRESS=1 bash bench/access-log.sh # the same log gzip-compressed
 #
 # The log: 1,000 requests per second of log time from 20,000 addresses (a few of them loud),
 # 40% to /api/..., 30% to /search, 10% POST /login, the rest unmatched; 2% of the lines are
@@ -74,7 +74,7 @@ awk -v n="$lines" 'BEGIN {
 }' >"$dir/access.log"
 
 log="$dir/access.log"
-if [ "${GZIP:-0}" = "1" ]; then
+if [ "${COMPRESS:-0}" = "1" ]; then
   gzip -1 "$log"
   log="$log.gz"
 fi
