@@ -12,6 +12,13 @@
 //! - A [`Simulation`] runs every algorithm under every [`KeyScope`] (per IP, per account,
 //!   global) and returns [`RunResults`]; [`Report`] turns them into a table, JSON or CSV;
 //!   [`DecisionCsv`] (a [`DecisionSink`]) writes every decision; [`plot()`] draws a figure.
+//! - An access log runs through a whole configuration with [`run_access_log`]: a
+//!   [`LogSource`] (plain or gzip, bounded lines) read in a [`LogFormat`] (nginx/Apache
+//!   [`CombinedFormat`], or JSON lines with [`JsonFields`]), put back in time order by a
+//!   [`Reorder`] window, each request decided by a [`Judge`] (in `sluice`, the gateway's own
+//!   pipeline; this crate knows no HTTP), counted per route and limit with the busiest keys in
+//!   fixed memory ([`HeavyHitters`]) and, for a plot, a [`Timeline`]; [`AccessReport`] prints
+//!   it, [`AccessDecisionCsv`] writes every decision, [`plot_timeline`] draws it.
 //!
 //! ```
 //! use sluice_sim::{KeyScope, Limits, Quiet, Report, RunInfo, Scenario, Simulation, TrafficParams};
@@ -41,31 +48,65 @@
 //! println!("{}", Report::new(&results, &info).to_table());
 //! ```
 
+mod access_decisions;
+mod access_report;
+mod access_run;
 mod arrival;
+mod combined;
 mod decimal;
 mod decisions;
 mod engine;
 pub mod generator;
+mod heavy_hitters;
+mod json_line;
+mod log_format;
+mod log_request;
+mod log_source;
+mod log_time;
 mod plot;
 pub mod python_random;
+mod reorder;
 mod report;
 pub mod rng;
 mod scenario;
 mod simulation;
+mod timeline;
 mod window;
+
+pub use access_decisions::AccessDecisionCsv;
+pub use access_report::{
+    AccessInfo, AccessReport, BUSIEST_SHOWN, KeyRow, KeySecret, LimitRow, Malformed, MalformedLine, RouteRow,
+};
+pub use access_run::{
+    AccessError, AccessOptions, AccessResults, Judge, Judgement, LimitDecision, LimitInfo, LimitResults, LimitVerdict,
+    LogSink, MALFORMED_SHOWN, RequestVerdict, RouteInfo, RouteResults, Span, run_access_log,
+};
+pub use combined::CombinedFormat;
+pub use heavy_hitters::{HEAVY_HITTERS_CAPACITY, HeavyHitter, HeavyHitters};
+pub use json_line::{DEFAULT_JSON_FIELDS, FieldsError, JsonFields};
+pub use log_format::LogFormat;
+pub use log_request::{LineError, LogRequest, parse_address};
+pub use log_source::{Line, LogSource, MAX_LINE_BYTES};
+pub use log_time::{
+    MAX_UNIX_SECONDS, TimeError, format_rfc3339, parse_clf_time, parse_log_time, parse_rfc3339, parse_unix_seconds,
+};
+pub use reorder::{MAX_HELD, Reorder};
+pub use timeline::{MAX_BINS, Series, Timeline};
 
 pub use arrival::{Arrival, ArrivalError, ArrivalErrorKind, ArrivalsFile, parse_arrivals};
 pub use decimal::{DecimalError, format_seconds, parse_seconds};
 pub use decisions::DecisionCsv;
 pub use generator::{GENERATORS, Generator, PoissonClock, Source, UnknownGenerator};
-pub use plot::{PlotError, is_svg, plot};
+pub use plot::{PlotError, is_svg, plot, plot_timeline};
 pub use python_random::PythonRandom;
 pub use report::{Parameters, Report, ResultRow, RunInfo};
 pub use rng::Rng;
 pub use scenario::{
     BOTNET_ACCOUNT, MAX_ARRIVALS, MAX_CLIENTS, NAT_ADDRESS, SCENARIOS, Scenario, ScenarioError, TrafficParams,
 };
-pub use simulation::{DecisionSink, KeyScope, Lane, LaneResults, Limits, Quiet, RunResults, SimError, Simulation};
+pub use simulation::{
+    DecisionSink, KeyScope, Lane, LaneResults, Limits, Quiet, RunResults, SIMULATION_KEY_SECRET, SimError, Simulation,
+};
 // Durations (`30s`, `500ms`, `1d`) are read and written as everywhere in sluice.
 pub use sluice_core::{DurationError, format_duration, parse_duration};
 pub use window::{max_in_window, sliding_envelope};

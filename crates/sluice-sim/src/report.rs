@@ -212,26 +212,35 @@ impl Report {
                 row
             })
             .collect();
-        let widths: Vec<usize> = (0..header.len())
-            .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([header[i].chars().count()]).max().unwrap_or(0))
-            .collect();
+        let mut table = vec![header];
+        table.extend(rows);
         let text_columns = if show_key { 2 } else { 1 };
-        for row in std::iter::once(&header).chain(&rows) {
-            let cells: Vec<String> = row
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    if i < text_columns { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) }
-                })
-                .collect();
-            let _ = writeln!(s, "{}", cells.join("  ").trim_end());
-        }
+        s.push_str(&aligned(&table, |i| i < text_columns));
         s
     }
 }
 
 fn format_duration_secs(secs: f64) -> String {
     format_duration((secs * NANOS_PER_SEC as f64).round() as Nanos)
+}
+
+/// The rows as a table, two spaces between columns, one line each: the columns for which
+/// `left` is true left-aligned (text), the others right-aligned (numbers).
+pub(crate) fn aligned(rows: &[Vec<String>], left: impl Fn(usize) -> bool) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| if left(i) { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    out
 }
 
 /// Quotes a CSV field when it holds a comma, a quote or a line break.

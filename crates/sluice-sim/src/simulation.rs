@@ -17,6 +17,11 @@ use crate::engine::Engine;
 use crate::scenario::Scenario;
 use crate::window::max_in_window;
 
+/// The secret keying the simulator's key hashes, so that a run gives the same hashes (and
+/// decisions) every time; `sluice simulate --access-log` uses it unless the configuration sets
+/// `server.key_secret`.
+pub const SIMULATION_KEY_SECRET: &str = "sluice simulate";
+
 /// What a limit counts by: the identity whose requests share one bucket or window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KeyScope {
@@ -303,7 +308,7 @@ impl Simulation {
         if let Some(i) = arrivals.windows(2).position(|w| w[1].at < w[0].at) {
             return Err(SimError::Unsorted(i + 1));
         }
-        let hasher = KeyHasher::from_secret(b"sluice simulate");
+        let hasher = KeyHasher::from_secret(SIMULATION_KEY_SECRET.as_bytes());
         let scopes: Vec<KeyScope> = {
             let mut s: Vec<KeyScope> = self.lanes.iter().map(|l| l.scope).collect();
             s.sort_unstable();

@@ -1,9 +1,9 @@
-//! `sluice simulate`: the algorithms side by side over generated or recorded arrivals.
+//! `sluice simulate`: the algorithms side by side over generated or recorded arrivals, or a
+//! gateway configuration over an access log.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use crate::traffic::{PolicyArgs, TrafficArgs};
 use anyhow::{Context, bail};
@@ -11,15 +11,32 @@ use clap::builder::PossibleValuesParser;
 use sluice_core::{ALGORITHM_NAMES, Decision};
 use sluice_sim::{Arrival, DecisionCsv, DecisionSink, KeyScope, Lane, Limits, Report, RunInfo, Scenario, Simulation};
 
+mod access_log;
+mod judge;
+mod progress;
+
+use progress::{ProgressBar, bar};
+
 /// Arguments of `sluice simulate`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Without --scenario or --arrivals, runs the seed article's experiment: Poisson arrivals at \
 6 req/s for 30 s from Python's random.Random(42); windows of 10 per 1 s; token and leaky bucket of capacity 20 at \
 10 per second. It prints the article's numbers: 184 requests; fixed window and sliding window counter 178 allowed, \
-token and leaky bucket 184.")]
+token and leaky bucket 184.
+
+With --config and --access-log, runs a real access log through a gateway configuration instead: every request \
+at its logged time, through the configured routes, trusted proxies, keys and policies, on the memory store, and \
+reports per route and policy what was admitted and denied, the busiest keys (as the gateway's decision logs hash \
+them) and the first and last denials. JSON roles (--json-fields, defaults in brackets): time [time] (RFC 3339, \
+10/Oct/2000:13:55:36 -0700, or Unix seconds), ip [remote_addr], method [request_method], path [request_uri], \
+request [request] (\"GET /path HTTP/1.1\", when method or path is absent), user_agent [http_user_agent], \
+referer [http_referer], xff [http_x_forwarded_for], header:NAME [none]. Key parts json:... cannot be simulated: \
+such routes are reported and not simulated.")]
 pub struct Args {
     #[command(flatten)]
     traffic: TrafficArgs,
+    #[command(flatten)]
+    access: access_log::AccessArgs,
     #[command(flatten)]
     policy: PolicyArgs,
     /// Algorithms to compare, comma-separated.
@@ -34,10 +51,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// Write every decision of every algorithm to FILE as CSV
-    /// (time,key,algorithm,keyed_by,allowed,remaining,retry_after).
+    /// (time,key,algorithm,keyed_by,allowed,remaining,retry_after; with --access-log:
+    /// time,line,late,route,policy,key_hash,key_type,decision,remaining,retry_after).
     #[arg(long, value_name = "FILE")]
     decisions: Option<PathBuf>,
-    /// Draw the run to FILE.svg or FILE.png.
+    /// Draw the run to FILE.svg or FILE.png (with --access-log: admitted and denied over time
+    /// per policy).
     #[arg(long, value_name = "FILE.svg|FILE.png")]
     plot: Option<PathBuf>,
 }
@@ -57,6 +76,15 @@ enum Format {
 pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.plot {
         sluice_sim::is_svg(path)?;
+    }
+    if args.access.wanted() {
+        let report = access_log::run(&args.access, args.decisions.as_deref(), args.plot.as_deref())?;
+        let text = match args.format {
+            Format::Table => report.to_table(),
+            Format::Json => report.to_json() + "\n",
+            Format::Csv => report.to_csv(),
+        };
+        return print(&text);
     }
     let limits = args.policy.limits();
     let (arrivals, info) = arrivals(&args, &limits)?;
@@ -96,6 +124,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Format::Json => report.to_json() + "\n",
         Format::Csv => report.to_csv(),
     };
+    print(&text)
+}
+
+fn print(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
@@ -140,9 +172,7 @@ fn arrivals(args: &Args, limits: &Limits) -> anyhow::Result<(Vec<Arrival>, RunIn
 /// Writes decisions if asked, and draws a progress bar on a terminal for long runs.
 struct Progress {
     decisions: Option<DecisionCsv<BufWriter<File>>>,
-    bar: bool,
-    last: Instant,
-    drawn: bool,
+    bar: ProgressBar,
 }
 
 /// Runs with fewer decisions than this finish too fast to need a bar.
@@ -150,15 +180,11 @@ const LONG_RUN: usize = 2_000_000;
 
 impl Progress {
     fn new(arrivals: usize, lanes: usize) -> Self {
-        let bar = std::io::stderr().is_terminal() && arrivals.saturating_mul(lanes) >= LONG_RUN;
-        Self { decisions: None, bar, last: Instant::now(), drawn: false }
+        Self { decisions: None, bar: ProgressBar::new(arrivals.saturating_mul(lanes) >= LONG_RUN) }
     }
 
     fn finish(&mut self) {
-        if self.drawn {
-            // Clear the bar's line.
-            eprint!("\r{:70}\r", "");
-        }
+        self.bar.finish();
     }
 }
 
@@ -171,18 +197,8 @@ impl DecisionSink for Progress {
     }
 
     fn progress(&mut self, done: usize, total: usize) {
-        if !self.bar || self.last.elapsed() < Duration::from_millis(100) || total == 0 {
-            return;
+        if total > 0 {
+            self.bar.draw(|_| format!("{} {done}/{total} arrivals", bar(done as f64 / total as f64)));
         }
-        self.last = Instant::now();
-        const WIDTH: usize = 40;
-        let filled = done * WIDTH / total;
-        eprint!(
-            "\r[{}{}] {:3}% {done}/{total} arrivals",
-            "#".repeat(filled),
-            ".".repeat(WIDTH - filled),
-            done * 100 / total
-        );
-        self.drawn = true;
     }
 }

@@ -1,0 +1,264 @@
+//! The gateway's decision, applied to logged requests: route matching on the normalised path,
+//! client identity through the trusted-proxy rules, keys and the store, all through
+//! `sluice-http`'s pipeline on a memory store whose clock is the log's time.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use sluice_config::{Config, ForwardedHeader, KeySource, Route};
+use sluice_core::{ManualClock, Nanos};
+use sluice_http::keys::RequestFacts;
+use sluice_http::pipeline::{Limiter, route_path};
+use sluice_sim::{Judge, Judgement, LimitDecision, LimitInfo, LimitVerdict, LogRequest, RequestVerdict, RouteInfo};
+
+/// Wakes the thread that waits in [`block_on`].
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `future` to completion on this thread. The memory store answers without awaiting, so a
+/// decision is ready at the first poll; a future that does wait parks the thread until woken.
+fn block_on<F: Future>(future: F, waker: &Waker) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(waker);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(out) => return out,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+/// The name of the forwarding header a configuration's trusted proxies write.
+pub fn forwarded_header_name(config: &Config) -> &'static str {
+    match config.server.forwarded_header {
+        ForwardedHeader::XForwardedFor => "x-forwarded-for",
+        ForwardedHeader::Forwarded => "forwarded",
+    }
+}
+
+/// The body key parts of `route` (`json:/email`), which no access log can supply.
+pub fn body_parts(route: &Route) -> Vec<String> {
+    let parts: BTreeSet<String> = route
+        .limits
+        .iter()
+        .flat_map(|l| l.key.parts.iter().flatten())
+        .filter(|s| matches!(s, KeySource::Json(_)))
+        .map(|s| s.to_string())
+        .collect();
+    parts.into_iter().collect()
+}
+
+/// The routes of `config` as the report names them; a route keyed on the body is not simulable.
+pub fn route_infos(config: &Config) -> Vec<RouteInfo> {
+    config
+        .routes
+        .iter()
+        .map(|r| {
+            let body = body_parts(r);
+            RouteInfo {
+                name: r.name.clone(),
+                path: r.path.to_string(),
+                limits: r
+                    .limits
+                    .iter()
+                    .map(|l| {
+                        let p = &config.policies[l.policy];
+                        LimitInfo {
+                            policy: l.policy,
+                            policy_name: p.name.clone(),
+                            algorithm: p.policy.name().to_string(),
+                            key: l.key.to_string(),
+                            shadow: p.shadow,
+                        }
+                    })
+                    .collect(),
+                not_simulable: (!body.is_empty()).then(|| {
+                    let (s, verb) = if body.len() == 1 { ("", "reads") } else { ("s", "read") };
+                    format!(
+                        "key part{s} {} {verb} the request body, which an access log does not record",
+                        body.join(", ")
+                    )
+                }),
+            }
+        })
+        .collect()
+}
+
+/// The headers some key part or the client identity of `config` reads, lower case.
+fn headers_read(config: &Config) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for source in config.routes.iter().flat_map(|r| &r.limits).flat_map(|l| l.key.parts.iter().flatten()) {
+        match source {
+            KeySource::Header(name) => {
+                names.insert(name.to_ascii_lowercase());
+            }
+            KeySource::User => {
+                if let Some(h) = &config.server.user_header {
+                    names.insert(h.to_ascii_lowercase());
+                }
+            }
+            _ => {}
+        }
+    }
+    if !config.server.trusted_proxies.is_empty() {
+        names.insert(forwarded_header_name(config).to_string());
+    }
+    names
+}
+
+/// Decides logged requests as the gateway configured by `config` would.
+pub struct ConfigJudge {
+    /// The gateway's pipeline, on a memory store reading `clock`.
+    limiter: Limiter,
+    /// The store's clock, set to each request's time before it is decided.
+    clock: Arc<ManualClock>,
+    /// The configuration (its routes).
+    config: Config,
+    /// Per route: whether the log can supply its keys.
+    simulable: Vec<bool>,
+    /// Per header of the log format: its name, when the configuration reads it (others are
+    /// not copied into the request's headers).
+    headers: Vec<Option<HeaderName>>,
+    /// The current request's headers, reused.
+    map: HeaderMap,
+    /// The current request's limit decisions, reused.
+    out: Vec<LimitDecision>,
+    /// Wakes this thread if a decision ever waits.
+    waker: Waker,
+}
+
+impl ConfigJudge {
+    /// A judge for `config` deciding with `limiter` (built on a store reading `clock`); the log
+    /// carries the headers `log_headers`.
+    pub fn new(config: Config, limiter: Limiter, clock: Arc<ManualClock>, log_headers: &[String]) -> Self {
+        let read = headers_read(&config);
+        let headers = log_headers
+            .iter()
+            .map(|h| read.contains(h.as_str()).then(|| HeaderName::from_bytes(h.as_bytes()).ok()).flatten())
+            .collect();
+        let simulable = config.routes.iter().map(|r| body_parts(r).is_empty()).collect();
+        Self {
+            limiter,
+            clock,
+            config,
+            simulable,
+            headers,
+            map: HeaderMap::new(),
+            out: Vec::new(),
+            waker: Waker::from(Arc::new(ThreadWaker(std::thread::current()))),
+        }
+    }
+}
+
+impl Judge for ConfigJudge {
+    fn judge(&mut self, r: &LogRequest, at: Nanos) -> Judgement<'_> {
+        self.clock.set(at);
+        // As the gateway: routes match, and `path` key parts read, the normalised path; a path
+        // upstreams read differently is refused before any route.
+        let Ok(path) = route_path(r.path()) else { return Judgement::Refused };
+        let method = r.method();
+        let Some((index, route)) =
+            self.config.routes.iter().enumerate().find(|(_, rt)| rt.matches_normal(method, &path))
+        else {
+            return Judgement::Unmatched;
+        };
+        if !self.simulable[index] {
+            return Judgement::NotSimulable { route: index };
+        }
+        self.map.clear();
+        for (h, value) in r.headers() {
+            // A value no HTTP request could carry (a control character) is absent, as it never
+            // reached the gateway.
+            if let (Some(Some(name)), Ok(v)) = (self.headers.get(h), HeaderValue::from_bytes(value)) {
+                self.map.append(name.clone(), v);
+            }
+        }
+        let client = self.limiter.client(r.peer, &self.map);
+        let facts =
+            RequestFacts { method, path: &path, route: &route.name, client: &client, headers: &self.map, json: None };
+        // A log carries one value per header: a keyed header cannot be repeated here.
+        let Ok(checks) = self.limiter.checks(&route.limits, &facts) else { return Judgement::Refused };
+        let ruling = block_on(self.limiter.decide(checks), &self.waker);
+        self.out.clear();
+        let verdict = match &ruling.outcome {
+            Err(_) => RequestVerdict::Unavailable,
+            Ok(outcome) => {
+                let policies = self.limiter.policies();
+                for (i, (check, d)) in ruling.checks.iter().zip(&outcome.decisions).enumerate() {
+                    let shadow = policies.get(check.policy).is_some_and(|p| p.shadow);
+                    let verdict = match (outcome.not_evaluated.contains(&i), d.allowed, shadow) {
+                        (true, _, _) => LimitVerdict::NotEvaluated,
+                        (false, true, _) => LimitVerdict::Allowed,
+                        (false, false, true) => LimitVerdict::ShadowDenied,
+                        (false, false, false) => LimitVerdict::Denied,
+                    };
+                    let key_type = ruling.kinds.get(i).copied().unwrap_or("absent");
+                    self.out.push(LimitDecision { key: check.key, key_type, verdict, decision: *d });
+                }
+                if outcome.allowed { RequestVerdict::Admitted } else { RequestVerdict::Denied }
+            }
+        };
+        Judgement::Decided { route: index, verdict, limits: &self.out }
+    }
+}
+
+/// What the simulation of `config` over a log carrying `log_headers` cannot do as the gateway
+/// would, one sentence each.
+pub fn warnings(config: &Config, log_headers: &[String]) -> Vec<String> {
+    let carried = |name: &str| log_headers.iter().any(|h| h.eq_ignore_ascii_case(name));
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |w: String| {
+        if !out.contains(&w) {
+            out.push(w);
+        }
+    };
+    for route in config.routes.iter().filter(|r| body_parts(r).is_empty()) {
+        for limit in &route.limits {
+            let policy = &config.policies[limit.policy].name;
+            for chain in &limit.key.parts {
+                for (i, source) in chain.iter().enumerate() {
+                    let header = match source {
+                        KeySource::Header(h) => h.clone(),
+                        KeySource::User => match &config.server.user_header {
+                            Some(h) => h.to_ascii_lowercase(),
+                            None => continue,
+                        },
+                        _ => continue,
+                    };
+                    if carried(&header) {
+                        continue;
+                    }
+                    let then = match chain.get(i + 1) {
+                        Some(next) => format!("it falls back to `{next}`"),
+                        None => "as in the gateway, every request without it shares one \"absent\" key".into(),
+                    };
+                    push(format!(
+                        "route {}, policy {policy}: the log carries no `{header}` header, so `{source}` is absent for every request; {then}",
+                        route.name
+                    ));
+                }
+            }
+        }
+    }
+    let forwarded = forwarded_header_name(config);
+    if !config.server.trusted_proxies.is_empty() && !carried(forwarded) {
+        push(format!(
+            "server.trusted_proxies is set but the log carries no `{forwarded}`: requests from trusted proxies are \
+             keyed as the proxy (combined logs: --xff-last-field; JSON: xff=FIELD or header:{forwarded}=FIELD)"
+        ));
+    }
+    if matches!(config.store, sluice_config::StoreConfig::Redis { .. }) {
+        push("the configuration's store is Redis: simulated on the memory store (1000000 keys per policy)".into());
+    }
+    out
+}
