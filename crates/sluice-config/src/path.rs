@@ -268,7 +268,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(4000)))]
 
         /// Differential: a spelling that a permissive upstream routes to the limited path is
         /// either matched as that path or refused, never passed unlimited.

@@ -303,7 +303,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(3000))]
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(3000)))]
 
         #[test]
         fn any_bytes_are_keyed_or_refused_never_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {

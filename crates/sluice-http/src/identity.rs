@@ -278,7 +278,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(sluice_core::fuzz_cases(4000)))]
 
         #[test]
         fn never_panics_on_arbitrary_headers(xff in ".{0,80}", fwd in ".{0,80}") {

@@ -50,7 +50,7 @@ fn yamlish() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: sluice_core::fuzz_cases(512), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn the_loader_never_panics_on_yamlish_text(text in yamlish()) {

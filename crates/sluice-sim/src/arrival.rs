@@ -176,6 +176,16 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(3000)))]
+
+        /// Any file is read or refused with the number of a line it has; never a panic.
+        #[test]
+        fn arbitrary_files_never_panic(text in "[0-9.,# a-z\t\n+eE:-]{0,200}") {
+            if let Err(e) = parse_arrivals(&text) {
+                prop_assert!(e.line >= 1 && e.line <= text.lines().count().max(1), "{e}");
+            }
+        }
+
         #[test]
         fn written_arrivals_read_back(mut times in proptest::collection::vec(0u64..1u64 << 50, 0..50),
                                       keys in proptest::collection::vec((proptest::option::of("[a-z0-9.]{1,8}"),

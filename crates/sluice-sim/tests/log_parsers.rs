@@ -36,7 +36,7 @@ fn well_formed(r: &LogRequest) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4000))]
+    #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(4000)))]
 
     #[test]
     fn combined_lines_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {

@@ -29,6 +29,11 @@ impl Resp {
         self.headers.get(name).map(String::as_str)
     }
 
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
     /// The body as JSON (panics with the body when it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)

@@ -1,0 +1,395 @@
+//! Trying to get past sluice as an attacker would, through the binary in front of a real
+//! upstream that records what reaches it. Each bypass found against the gateway is sent again
+//! here and must stay limited, refused, or stripped; beside each, the honest request that must
+//! still pass.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use support::raw::{Recorder, Resp, WAIT, http, request, send};
+use support::{SLUICE, Serve, TempDir};
+
+/// A gateway in front of `up` with `server` lines, `policies` and `routes` (TOML).
+fn gateway(dir: &TempDir, up: &Recorder, server: &str, rest: &str) -> Serve {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{server}\n\n[upstream]\nurl = \"http://{}\"\ntimeout_ms = 5000\n\n{rest}",
+        up.addr
+    );
+    Serve::gateway(&dir.write("gateway.toml", &toml))
+}
+
+fn addr(s: &Serve) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], s.port))
+}
+
+fn statuses(s: &Serve, reqs: &[Vec<u8>]) -> Vec<u16> {
+    reqs.iter().map(|r| send(addr(s), r).status).collect()
+}
+
+const ONE_PER_HOUR: &str = r#"
+[[policy]]
+name = "per-account"
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+"#;
+
+#[test]
+fn ambiguous_json_members_cannot_move_a_request_off_the_victims_account() {
+    let (dir, up) = (TempDir::new("json"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/password-reset\"\nlimits = [{{ policy = \"per-account\", key = \"json:/email\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let post =
+        |body: &str| request("POST", "/api/password-reset", &[("Content-Type", b"application/json")], body.as_bytes());
+    assert_eq!(send(addr(&gw), &post(r#"{"email":"victim@example.com"}"#)).status, 200);
+    assert_eq!(send(addr(&gw), &post(r#"{"email":"victim@example.com"}"#)).status, 429);
+    // Before: keyed on the last duplicate (a first-wins upstream acts for the victim), or the
+    // exact-case member (a case-folding upstream binds `Email`). 4 of 4 admitted. Now: 400.
+    for (i, body) in [
+        r#"{"email":"victim@example.com","email":"rand-1@example.com"}"#.to_string(),
+        r#"{"email":"rand-2@example.com","Email":"victim@example.com"}"#.to_string(),
+        r#"{"EMAIL":"victim@example.com"}"#.to_string(),
+        format!(r#"{{"email":"victim@example.com","email":"rand-{}@example.com"}}"#, 3),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let res = send(addr(&gw), &post(body));
+        assert_eq!(res.status, 400, "attempt {i}: {body}");
+        assert_eq!(res.json()["error"], "bad_request");
+    }
+    // Still fine: extra fields, a charset, a query string — and they count (no second pass).
+    let honest = request(
+        "POST",
+        "/api/password-reset?lang=uk",
+        &[("Content-Type", b"application/json; charset=utf-8")],
+        br#"{"email":"someone@example.com","captcha":"x","lang":"uk"}"#,
+    );
+    assert_eq!(send(addr(&gw), &honest).status, 200);
+    assert_eq!(send(addr(&gw), &honest).status, 429);
+    // Only the two admitted requests ever reached the upstream.
+    assert_eq!(up.count(), 2);
+}
+
+#[test]
+fn numbers_are_one_account_whatever_their_spelling() {
+    let (dir, up) = (TempDir::new("numbers"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/transfer\"\nlimits = [{{ policy = \"per-account\", key = \"json:/account\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let post = |body: &str| request("POST", "/api/transfer", &[], body.as_bytes());
+    assert_eq!(send(addr(&gw), &post(r#"{"account":1}"#)).status, 200);
+    for spelling in ["1.0", "1e0", "10e-1", "\"1\""] {
+        let res = send(addr(&gw), &post(&format!(r#"{{"account":{spelling}}}"#)));
+        assert_eq!(res.status, 429, "account {spelling}");
+    }
+    assert_eq!(send(addr(&gw), &post(r#"{"account":2}"#)).status, 200);
+}
+
+#[test]
+fn the_email_key_part_folds_plus_tags_when_asked() {
+    let (dir, up) = (TempDir::new("email"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/password-reset\"\nlimits = [{{ policy = \"per-account\", key = \"email(json:/email)\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let post =
+        |email: &str| request("POST", "/api/password-reset", &[], format!(r#"{{"email":"{email}"}}"#).as_bytes());
+    assert_eq!(send(addr(&gw), &post("victim@example.com")).status, 200);
+    for alias in ["victim+1@example.com", " Victim+reset@Example.COM", "VICTIM@example.com"] {
+        assert_eq!(send(addr(&gw), &post(alias)).status, 429, "{alias}");
+    }
+}
+
+#[test]
+fn no_spelling_of_a_limited_path_reaches_the_upstream_unlimited() {
+    let (dir, up) = (TempDir::new("paths"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/password-reset\"\nmethods = [\"GET\", \"POST\"]\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    assert_eq!(send(addr(&gw), &request("POST", "/api/password-reset", &[], b"")).status, 200);
+    // Before: each of these was proxied with no limit. Now: limited (429) or refused (400).
+    let spellings = [
+        ("POST", "/api/password-reset;jsessionid=x", 429),
+        ("POST", "/api/password-reset%3bjsessionid=x", 429),
+        ("POST", "/api/password-reset/", 429),
+        ("POST", "/api/x/..;/password-reset", 429),
+        ("POST", "/api/password-reset/x/..", 429),
+        ("POST", "/api/%2e/password-reset", 429),
+        ("POST", "/API/Password-Reset", 429),
+        ("post", "/api/password-reset", 429),
+        ("HEAD", "/api/password-reset", 429),
+        ("hEaD", "/api/password-reset", 429),
+        ("POST", "/api%2Fpassword-reset", 400),
+        ("POST", "/api%5Cpassword-reset", 400),
+        ("POST", "/api\\password-reset", 400),
+        ("POST", "/api/password-reset%00", 400),
+        ("POST", "/api/password-reset%0d%0a", 400),
+        ("POST", "/api%252Fpassword-reset", 400),
+        ("POST", "/api/password-reset%253Bx", 400),
+        ("POST", "/api%255Cpassword-reset", 400),
+        ("POST", "/api/p%25%36%31ssword-reset", 400),
+        ("POST", "/api/password-reset%", 400),
+    ];
+    for (method, path, want) in spellings {
+        let res = send(addr(&gw), &request(method, path, &[], b""));
+        assert_eq!(res.status, want, "{method} {path}");
+        if want == 400 {
+            assert_eq!(res.json()["error"], "bad_request", "{method} {path}");
+        }
+    }
+    // A refused path is refused wherever it goes: never forwarded, even with no route for it.
+    assert_eq!(send(addr(&gw), &request("GET", "/other%2Fthing", &[], b"")).status, 400);
+    assert_eq!(up.count(), 1, "{:?}", up.requests().iter().map(|r| r.path.clone()).collect::<Vec<_>>());
+    // Honest requests elsewhere still pass, query strings included.
+    assert_eq!(send(addr(&gw), &request("GET", "/other/thing?a=%2F", &[], b"")).status, 200);
+}
+
+#[test]
+fn identity_headers_from_untrusted_clients_never_reach_the_upstream() {
+    let (dir, up) = (TempDir::new("strip"), Recorder::start());
+    let rest = "[[policy]]\nname = \"p\"\nalgorithm = \"token-bucket\"\ncapacity = 100\nrefill_per_second = 1\n\
+                [[route]]\npath = \"/api/*\"\nlimits = [{ policy = \"p\", key = \"user|ip\" }]\n";
+    let gw = gateway(&dir, &up, "user_header = \"x-user-id\"", rest);
+    let spoof: &[(&str, &[u8])] = &[
+        ("X-User-Id", b"admin"),
+        ("Forwarded", b"for=6.6.6.6"),
+        ("X-Real-IP", b"6.6.6.6"),
+        ("X-Forwarded-For", b"6.6.6.6"),
+    ];
+    assert_eq!(send(addr(&gw), &request("GET", "/api/me", spoof, b"")).status, 200);
+    let seen = &up.requests()[0];
+    // Before: the upstream received the client's own X-User-Id: admin, Forwarded and X-Real-IP.
+    for gone in ["x-user-id", "forwarded", "x-real-ip"] {
+        assert!(seen.all(gone).is_empty(), "{gone} reached the upstream: {:?}", seen.headers);
+    }
+    assert_eq!(seen.all("x-forwarded-for"), ["127.0.0.1"]);
+
+    // With `forwarded_header = "forwarded"`, that is the header written.
+    let (dir2, up2) = (TempDir::new("strip-fwd"), Recorder::start());
+    let gw2 = gateway(&dir2, &up2, "forwarded_header = \"forwarded\"", &rest.replace("user|ip", "ip"));
+    assert_eq!(send(addr(&gw2), &request("GET", "/api/me", spoof, b"")).status, 200);
+    let seen = &up2.requests()[0];
+    assert_eq!(seen.all("forwarded"), ["for=127.0.0.1"]);
+    assert!(seen.all("x-forwarded-for").is_empty() && seen.all("x-real-ip").is_empty(), "{:?}", seen.headers);
+}
+
+#[test]
+fn a_repeated_identity_header_is_refused_not_chosen_from() {
+    let (dir, up) = (TempDir::new("repeat"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/*\"\nlimits = [{{ policy = \"per-account\", key = \"header:x-api-key|ip\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let with_keys = |keys: &[&'static [u8]]| {
+        let headers: Vec<(&str, &[u8])> = keys.iter().map(|k| ("X-Api-Key", *k)).collect();
+        request("GET", "/api/data", &headers, b"")
+    };
+    assert_eq!(statuses(&gw, &[with_keys(&[b"victim-key"]), with_keys(&[b"victim-key"])]), [200, 429]);
+    // Before: only the first line was read; a front proxy that appends let the client choose.
+    assert_eq!(send(addr(&gw), &with_keys(&[b"victim-key", b"rand-1"])).status, 400);
+    assert_eq!(send(addr(&gw), &with_keys(&[b"rand-2", b"victim-key"])).status, 400);
+    assert_eq!(up.count(), 1);
+}
+
+#[test]
+fn bytes_that_are_not_text_in_the_forwarding_chain_cannot_move_a_client() {
+    let (dir, up) = (TempDir::new("xff-bytes"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/*\"\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "trusted_proxies = [\"127.0.0.1/32\"]", &rest);
+    let from = |xff: &[u8]| request("GET", "/api/x", &[("X-Forwarded-For", xff)], b"");
+    assert_eq!(send(addr(&gw), &from(b"203.0.113.7")).status, 200);
+    // Before: the whole line failed to read as text and the request moved to the proxy's key.
+    assert_eq!(send(addr(&gw), &from(b"\xff\xfe, 203.0.113.7")).status, 429);
+    assert_eq!(send(addr(&gw), &from(b"caf\xc3\xa9, 203.0.113.7")).status, 429);
+    // Another client behind the same proxy is its own key.
+    assert_eq!(send(addr(&gw), &from(b"\xff, 203.0.113.8")).status, 200);
+}
+
+/// Opens a connection that sends the head of a `json:`-keyed POST and then trickles its body.
+fn trickle(gw: SocketAddr, xff: &str) -> TcpStream {
+    let mut s = TcpStream::connect(gw).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let head = format!(
+        "POST /api/password-reset HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {xff}\r\nContent-Length: 40\r\nConnection: close\r\n\r\n{{\"em"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s
+}
+
+fn read_all(mut s: TcpStream) -> Resp {
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    support::raw::parse_response(&raw)
+}
+
+#[test]
+fn slow_bodies_from_one_client_cannot_hold_the_gateway() {
+    let (dir, up) = (TempDir::new("slow"), Recorder::start());
+    let rest = "[[policy]]\nname = \"per-ip\"\nalgorithm = \"token-bucket\"\ncapacity = 3\nrefill_per_second = 0.001\n\
+                [[policy]]\nname = \"per-account\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1h\"\n\
+                [[route]]\npath = \"/api/password-reset\"\nlimits = [{ policy = \"per-ip\", key = \"ip\" }, { policy = \"per-account\", key = \"json:/email\" }]\n\
+                [[route]]\npath = \"/api/search\"\nlimits = [{ policy = \"per-ip\", key = \"ip\" }]\n";
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let server = "trusted_proxies = [\"127.0.0.1/32\"]\nmax_in_flight = 4\nmax_body_reads_per_client = 2\nbody_idle_timeout = \"1s\"";
+    let gw = gateway(&dir, &up, server, &format!("[admin]\nlisten = \"{admin}\"\n\n{rest}"));
+    // Before: three trickling bodies to a json: route filled max_in_flight; an unrelated client
+    // got 503 for 10 s. Now: two reads at once per client, the third refused at once (429)...
+    let held = [trickle(addr(&gw), "198.51.100.1"), trickle(addr(&gw), "198.51.100.1")];
+    // Both are being read (in flight) before the third is sent.
+    let deadline = std::time::Instant::now() + WAIT;
+    while !http(admin, "GET", "/metrics", b"").text().contains("sluice_in_flight 2") {
+        assert!(std::time::Instant::now() < deadline, "the two trickled requests never were in flight");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let third = read_all(trickle(addr(&gw), "198.51.100.1"));
+    assert_eq!((third.status, third.json()["error"].as_str()), (429, Some("too_many_uploads")));
+    // ... the per-IP limit, decided before any body is read, was charged by each attempt: the
+    // fourth from that address is denied without its body being waited for ...
+    let fourth = read_all(trickle(addr(&gw), "198.51.100.1"));
+    assert_eq!((fourth.status, fourth.json()["error"].as_str()), (429, Some("rate_limit_exceeded")));
+    // ... an unrelated client is served at once ...
+    let other = request("GET", "/api/search", &[("X-Forwarded-For", b"198.51.100.2")], b"");
+    assert_eq!(send(addr(&gw), &other).status, 200);
+    // ... and the trickled reads end with 408 once they stall.
+    for s in held {
+        assert_eq!(read_all(s).status, 408);
+    }
+    assert_eq!(up.count(), 1, "only the unrelated request reached the upstream");
+}
+
+#[test]
+fn a_flood_of_new_keys_never_resets_a_denied_key() {
+    let (dir, up) = (TempDir::new("flood"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/*\"\nlimits = [{{ policy = \"per-account\", key = \"header:x-api-key\" }}]\n\n[store]\nkind = \"memory\"\nmax_keys = 64\nshards = 1\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let key = |k: &str| request("GET", "/api/x", &[("X-Api-Key", k.as_bytes())], b"");
+    assert_eq!(statuses(&gw, &[key("victim"), key("victim")]), [200, 429]);
+    // Before (LRU eviction): a flood of other keys evicted the victim's state: 200 again.
+    for i in 0..640 {
+        let _ = send(addr(&gw), &key(&format!("flood-{i}")));
+    }
+    assert_eq!(send(addr(&gw), &key("victim")).status, 429, "the victim's limit held through the flood");
+}
+
+#[test]
+fn the_decision_api_answers_only_allowed_peers_or_its_token_and_caps_the_cost() {
+    let (dir, up) = (TempDir::new("decision-api"), Recorder::start());
+    let rest = "[decision_api]\nallow = [\"10.0.0.0/8\"]\ntoken = \"a bearer token for the decision api\"\nmax_cost = 5\n\n\
+                [[policy]]\nname = \"p\"\nalgorithm = \"sliding-log\"\nlimit = 100\nwindow = \"1h\"\n";
+    let gw = gateway(&dir, &up, "decision_api = true", rest);
+    let check = |cost: u64, auth: Option<&[u8]>| {
+        let body = format!(r#"{{"policy":"p","key":"victim","cost":{cost}}}"#);
+        let headers: Vec<(&str, &[u8])> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+        send(addr(&gw), &request("POST", "/v1/check", &headers, body.as_bytes()))
+    };
+    // Before: anyone could burn any key's quota, at any cost. Now: 127.0.0.1 is not allowed here.
+    assert_eq!(check(1, None).status, 403);
+    assert_eq!(check(1, Some(b"Bearer wrong token of the same length!!")).status, 403);
+    assert_eq!(check(1, Some(b"Basic a bearer token for the decision api")).status, 403);
+    let ok = check(5, Some(b"Bearer a bearer token for the decision api"));
+    assert_eq!((ok.status, ok.json()["remaining"].as_u64()), (200, Some(95)));
+    let costly = check(6, Some(b"Bearer a bearer token for the decision api"));
+    assert_eq!((costly.status, costly.json()["error"].as_str()), (400, Some("cost_too_large")));
+}
+
+#[test]
+fn a_chunked_get_reaches_the_upstream_with_its_body() {
+    let (dir, up) = (TempDir::new("chunked"), Recorder::start());
+    let rest = "[[policy]]\nname = \"p\"\nalgorithm = \"token-bucket\"\ncapacity = 10\nrefill_per_second = 1\n\
+                [[route]]\npath = \"/api/*\"\nlimits = [{ policy = \"p\", key = \"ip\" }]\n";
+    let gw = gateway(&dir, &up, "", rest);
+    let chunked = b"GET /api/search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    assert_eq!(send(addr(&gw), chunked).status, 200);
+    assert_eq!(send(addr(&gw), &request("GET", "/elsewhere", &[], b"sized body")).status, 200);
+    let seen = up.requests();
+    // Before: the GET reached the upstream with an empty body (the upstream saw another request).
+    assert_eq!(seen[0].body, b"hello world");
+    assert_eq!(seen[1].body, b"sized body");
+}
+
+/// `sluice check-config FILE`: its stdout, stderr, and whether it succeeded.
+fn check_config(path: &str, env: &[(&str, &str)]) -> (String, String, bool) {
+    let out = Command::new(SLUICE).args(["check-config", path]).envs(env.iter().copied()).output().unwrap();
+    (String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), out.status.success())
+}
+
+#[test]
+fn a_shared_store_needs_its_secret_and_a_chosen_failure_mode_and_never_shows_them() {
+    let dir = TempDir::new("shared");
+    let store = "[store]\nkind = \"redis\"\nurl = \"redis://:hunter2-redis-password@127.0.0.1:6379\"\n";
+    // Before: three instances without key_secret each drew a random secret: 300 of 300 admitted
+    // for a limit of 100. Now: refused at check-config and at start-up, naming the field.
+    let no_secret = dir.write("no-secret.toml", &format!("{store}on_error = \"fail-closed\"\n"));
+    let (_, err, ok) = check_config(&no_secret, &[]);
+    assert!(!ok && err.contains("server.key_secret") && err.contains("no-secret.toml:2"), "{err}");
+    let start = Command::new(SLUICE).args(["serve", "--config", &no_secret]).output().unwrap();
+    assert!(!start.status.success() && String::from_utf8_lossy(&start.stderr).contains("server.key_secret"));
+    // Before: on_error defaulted to fail-open (a limit of 2 admitted 6 of 6 during a pause).
+    let no_mode = dir.write("no-mode.toml", &format!("[server]\nkey_secret_env = \"SLUICE_ATTACK_SECRET\"\n{store}"));
+    let (_, err, ok) = check_config(&no_mode, &[("SLUICE_ATTACK_SECRET", "a secret from the environment")]);
+    assert!(!ok && err.contains("store.on_error: is required"), "{err}");
+    for mode in ["fail-closed", "fail-open", "local"] {
+        assert!(err.contains(&format!("on_error = \"{mode}\"")), "{mode}: {err}");
+    }
+    // Before: check-config printed the Redis password. Now secrets never show.
+    let good = dir.write(
+        "good.toml",
+        &format!("[server]\nkey_secret_env = \"SLUICE_ATTACK_SECRET\"\n{store}on_error = \"fail-closed\"\n"),
+    );
+    let (out, err, ok) = check_config(&good, &[("SLUICE_ATTACK_SECRET", "a secret from the environment")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("<redacted>") && out.contains("key secret: set"), "{out}");
+    for secret in ["hunter2-redis-password", "a secret from the environment"] {
+        assert!(!out.contains(secret) && !err.contains(secret), "{secret} shown: {out}{err}");
+    }
+    // The variable named must be set.
+    let (_, err, ok) = check_config(&good, &[]);
+    assert!(!ok && err.contains("SLUICE_ATTACK_SECRET"), "{err}");
+}
+
+#[test]
+fn a_route_that_costs_nothing_is_refused() {
+    let dir = TempDir::new("cost0");
+    let path = dir.write(
+        "zero.toml",
+        &format!("{ONE_PER_HOUR}\n[[route]]\npath = \"/x\"\ncost = 0\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n"),
+    );
+    let (_, err, ok) = check_config(&path, &[]);
+    assert!(!ok && err.contains("route[0].cost: must be at least 1"), "{err}");
+}
+
+#[test]
+fn honest_requests_still_pass() {
+    let (dir, up) = (TempDir::new("honest"), Recorder::start());
+    let rest = "[[policy]]\nname = \"p\"\nalgorithm = \"token-bucket\"\ncapacity = 10\nrefill_per_second = 1\n\
+                [[route]]\npath = \"/api/password-reset\"\nlimits = [{ policy = \"p\", key = \"json:/email\" }]\n";
+    let gw = gateway(&dir, &up, "", rest);
+    let res =
+        http(addr(&gw), "POST", "/api/password-reset?from=mail", br#"{"email":"a@example.com","extra":{"x":[1,2]}}"#);
+    assert_eq!(res.status, 200);
+    let res = send(
+        addr(&gw),
+        &request(
+            "POST",
+            "/api/password-reset",
+            &[("Content-Type", b"application/json; charset=utf-8")],
+            "{\"email\":\"ü@example.com\"}".as_bytes(),
+        ),
+    );
+    assert_eq!(res.status, 200);
+    assert_eq!(up.count(), 2);
+    assert_eq!(up.requests()[0].path, "/api/password-reset?from=mail", "forwarded as sent");
+}
