@@ -28,6 +28,7 @@
 //! ```
 
 mod algorithm;
+pub mod calendar;
 mod decision;
 mod duration;
 mod error;

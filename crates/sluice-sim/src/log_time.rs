@@ -17,6 +17,7 @@
 //! assert_eq!(parse_log_time("971211336.25").unwrap(), t + 250_000_000);
 //! ```
 
+use sluice_core::calendar::{civil_from_days, days_from_civil, days_in_month};
 use sluice_core::{NANOS_PER_SEC, Nanos};
 use thiserror::Error;
 
@@ -59,45 +60,6 @@ pub enum TimeError {
 
 fn cut(text: &[u8]) -> String {
     String::from_utf8_lossy(&text[..text.len().min(40)]).into_owned()
-}
-
-/// Days from 1970-01-01 to `year-month-day` (proleptic Gregorian), for any year.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    // Count years from March, so that the leap day is the last day of the counted year.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let month_from_march = (i64::from(month) + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// `(year, month, day)` of a day counted from 1970-01-01; the inverse of [`days_from_civil`].
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
-    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn is_leap(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
 }
 
 /// The value of the ASCII digits `d`, or `None` when one is not a digit.
