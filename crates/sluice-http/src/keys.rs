@@ -130,6 +130,18 @@ impl KeyBuilder {
 
     /// The value of one source for a request: `Ok(None)` when absent (a later source of the
     /// chain is tried), an error when the request is ambiguous about it.
+    /// The key of an Envoy rate-limit descriptor under `policy` in `domain`: its entries
+    /// (key, value) in order, hashed apart from request keys and named keys.
+    pub fn descriptor(&self, policy: &str, domain: &str, entries: &[(&str, &str)]) -> KeyHash {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + entries.len() * 2);
+        parts.extend([policy.as_bytes(), b"rls".as_slice(), domain.as_bytes()]);
+        for (k, v) in entries {
+            parts.push(k.as_bytes());
+            parts.push(v.as_bytes());
+        }
+        self.hasher.hash(&parts)
+    }
+
     fn value_of<'a>(&self, source: &'a KeySource, f: &RequestFacts<'a>) -> Result<Option<Cow<'a, [u8]>>, KeyRefusal> {
         let header = |name: &str| {
             let mut lines = f.headers.get_all(name).iter();

@@ -101,15 +101,7 @@ impl Snapshot {
     /// name, the domain and each entry's key and (counted) value, apart from every other kind of
     /// sluice key (a gateway key or a decision API key never lands in a descriptor's bucket).
     pub fn key(&self, policy: usize, domain: &str, entries: &[(&str, &str)]) -> KeyHash {
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(3 + entries.len() * 2);
-        parts.push(self.policies[policy].name.as_bytes());
-        parts.push(b"rls");
-        parts.push(domain.as_bytes());
-        for (k, v) in entries {
-            parts.push(k.as_bytes());
-            parts.push(v.as_bytes());
-        }
-        self.limiter.keys().hasher().hash(&parts)
+        self.limiter.keys().descriptor(&self.policies[policy].name, domain, entries)
     }
 }
 
