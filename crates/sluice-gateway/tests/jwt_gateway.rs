@@ -42,9 +42,7 @@ limits = [{ policy = "per-caller", key = "jwt:sub|ip" }]
 async fn get(client: &Client, from: &str, token: Option<&str>) -> Resp {
     let auth = token.map(|t| format!("Bearer {t}"));
     let mut headers = vec![("x-forwarded-for", from)];
-    if let Some(a) = &auth {
-        headers.push(("authorization", a.as_str()));
-    }
+    headers.extend(auth.as_deref().map(|a| ("authorization", a)));
     client.get("/api", &headers).await
 }
 
@@ -137,11 +135,10 @@ limits = [{ key = "jwt:sub|ip", policy_by = "jwt:plan", policies = { free = "sea
 
 /// Statuses of `n` requests from `from` with `token`.
 async fn statuses(c: &Client, from: &str, token: Option<&str>, n: usize) -> Vec<u16> {
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        out.push(get(c, from, token).await.status);
-    }
-    out
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("x-forwarded-for", from)];
+    headers.extend(auth.as_deref().map(|a| ("authorization", a)));
+    statuses_with(c, &headers, n).await
 }
 
 #[tokio::test]
@@ -165,6 +162,7 @@ async fn each_plan_gets_its_policy_and_metrics_name_the_chosen_one() {
         text.lines()
             .find(|l| {
                 l.starts_with("sluice_decisions_total{")
+                    && l.contains("route=\"/api\"")
                     && l.contains(&format!("policy=\"{policy}\""))
                     && l.contains(&format!("outcome=\"{outcome}\""))
             })
@@ -199,7 +197,7 @@ limits = [{ key = "ip", policy_by = "header:x-plan", policies = { pro = "pro" },
 "#;
 
 /// Statuses of `n` requests with `headers`.
-async fn plan_statuses(c: &Client, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
+async fn statuses_with(c: &Client, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(c.get("/api", headers).await.status);
@@ -212,11 +210,11 @@ async fn a_plan_header_is_believed_from_trusted_proxies_only() {
     let untrusted = HEADER_TIERS.replace("TRUSTED", "10.255.255.1");
     let (gw, _clock) = start(&untrusted).await;
     let c = Client::new(gw.addr);
-    assert_eq!(plan_statuses(&c, &[("x-plan", "pro")], 2).await, [200, 429], "a client naming its own plan");
+    assert_eq!(statuses_with(&c, &[("x-plan", "pro")], 2).await, [200, 429], "a client naming its own plan");
     let (gw, _clock) = start(&HEADER_TIERS.replace("TRUSTED", "127.0.0.1")).await;
     let c = Client::new(gw.addr);
     let from_proxy = [("x-plan", "pro"), ("x-forwarded-for", "192.0.2.1")];
-    assert_eq!(plan_statuses(&c, &from_proxy, 4).await, [200, 200, 200, 429]);
+    assert_eq!(statuses_with(&c, &from_proxy, 4).await, [200, 200, 200, 429]);
     let two = c.get("/api", &[("x-plan", "pro"), ("x-plan", "basic"), ("x-forwarded-for", "192.0.2.2")]).await;
     assert_eq!(two.status, 400, "two plan lines from the proxy: ambiguous");
 }
