@@ -1,5 +1,6 @@
-//! `sluice serve` with a JWT-keyed, plan-tiered configuration, as a user runs it: the binary,
-//! keys on disk, tokens in `Authorization: Bearer`, plain HTTP/1.1 requests like curl's.
+//! `sluice serve` with the JWT-keyed, plan-tiered example (`examples/plans.toml`), as a user runs
+//! it: the binary, keys on disk, tokens in `Authorization: Bearer`, plain HTTP/1.1 requests like
+//! curl's.
 
 #[path = "../../sluice-http/tests/jwt_keys/mod.rs"]
 mod jwt_keys;
@@ -46,39 +47,16 @@ fn get(port: u16, path: &str, token: Option<&str>) -> Reply {
     Reply { status, headers, body: body.to_owned() }
 }
 
-const CONFIG: &str = r#"
-[server]
-listen = "127.0.0.1:0"
-headers = ["draft-6", "ietf"]
-
-[identity.jwt]
-hs256_secret_file = "hs256.secret"
-jwks_file = "jwks.json"
-issuer = "https://auth.example"
-audience = "api"
-
-[[policy]]
-name = "search-free"
-algorithm = "fixed-window"
-limit = 3
-window = "1h"
-
-[[policy]]
-name = "search-pro"
-algorithm = "fixed-window"
-limit = 100
-window = "1h"
-
-[[policy]]
-name = "search-anonymous"
-algorithm = "fixed-window"
-limit = 1
-window = "1h"
-
-[[route]]
-path = "/api/search"
-limits = [{ key = "jwt:sub|ip", policy_by = "jwt:plan", policies = { free = "search-free", pro = "search-pro" }, default_policy = "search-anonymous" }]
-"#;
+/// The example of the README, listening on a free port, its secret in a file and a JWK set
+/// beside it.
+fn config() -> String {
+    let example = include_str!("../../../examples/plans.toml");
+    let secret_line = example.lines().find(|l| l.starts_with("hs256_secret = ")).expect("the example's secret");
+    example
+        .replace("127.0.0.1:8080", "127.0.0.1:0")
+        .replace("window = \"1m\"", "window = \"1h\"")
+        .replace(secret_line, "hs256_secret_file = \"hs256.secret\"\njwks_file = \"jwks.json\"")
+}
 
 #[test]
 fn free_callers_get_429_after_their_quota_and_pro_callers_keep_getting_200() {
@@ -86,7 +64,7 @@ fn free_callers_get_429_after_their_quota_and_pro_callers_keep_getting_200() {
     let ed = ed25519("ed-2025");
     dir.write("hs256.secret", &format!("{HS_SECRET}\n"));
     dir.write("jwks.json", &jwks(&[&ed]));
-    let path = dir.write("sluice.toml", CONFIG);
+    let path = dir.write("sluice.toml", &config());
     let checked = Command::new(SLUICE).args(["check-config", &path]).output().unwrap();
     assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
     let served = Serve::gateway(&path);
