@@ -399,11 +399,6 @@ impl KeySpec {
         self.parts.first().and_then(|p| p.first()).map_or("const", KeySource::kind)
     }
 
-    /// True when some part reads a verified JWT claim.
-    pub fn reads_jwt(&self) -> bool {
-        self.parts.iter().flatten().any(|s| matches!(s.base(), KeySource::Jwt(_)))
-    }
-
     /// True when some part reads the request body.
     pub fn needs_body(&self) -> bool {
         self.parts.iter().flatten().any(|s| s.json_pointer().is_some())
