@@ -25,6 +25,7 @@
 
 mod duration;
 mod error;
+mod identity;
 mod model;
 mod path;
 mod raw;

@@ -33,6 +33,121 @@ pub struct Config {
     pub decision_api: DecisionApi,
     /// Envoy's rate-limit service (`[rls]`), if configured.
     pub rls: Option<Rls>,
+    /// Where authenticated identities come from (`[identity]`).
+    pub identity: Identity,
+}
+
+/// `[identity]`: identities sluice verifies itself.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Identity {
+    /// `[identity.jwt]`: bearer JWTs whose verified claims are `jwt:` key parts.
+    pub jwt: Option<Jwt>,
+}
+
+/// `[identity.jwt]`: how bearer tokens are found and verified.
+///
+/// A token counts only when its signature verifies with one of `keys` under that key's own
+/// algorithm, and its `exp`, `nbf`, `iss` and `aud` check out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Jwt {
+    /// The verification keys, each with the one algorithm it verifies (no algorithm is taken
+    /// from the token alone, so a public key is never used as an HMAC secret).
+    pub keys: Vec<JwtKey>,
+    /// Where `keys` came from, for display: the JWKS file, if any.
+    pub jwks_file: Option<std::path::PathBuf>,
+    /// Where the token is read.
+    pub token: TokenSource,
+    /// The `iss` a token must carry, if set.
+    pub issuer: Option<String>,
+    /// A value the token's `aud` must hold, if set.
+    pub audience: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Nanos,
+    /// What a request with an invalid token gets.
+    pub on_invalid_token: OnInvalidToken,
+    /// Most verified tokens remembered (and, apart, most invalid ones).
+    pub cache_entries: usize,
+}
+
+/// One verification key of `[identity.jwt]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JwtKey {
+    /// The JWK `kid`: a token naming a `kid` is verified with that key only.
+    pub kid: Option<String>,
+    /// The one algorithm this key verifies.
+    pub algorithm: JwtAlgorithm,
+    /// The key itself.
+    pub material: JwtKeyMaterial,
+}
+
+/// The signature algorithms sluice verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JwtAlgorithm {
+    /// HMAC with SHA-256, with `hs256_secret`.
+    Hs256,
+    /// RSASSA-PKCS1-v1_5 with SHA-256 (RSA keys of 2048 bits or more).
+    Rs256,
+    /// ECDSA on P-256 with SHA-256.
+    Es256,
+    /// Ed25519.
+    EdDsa,
+}
+
+impl JwtAlgorithm {
+    /// The JOSE name (`alg`).
+    pub fn name(self) -> &'static str {
+        match self {
+            JwtAlgorithm::Hs256 => "HS256",
+            JwtAlgorithm::Rs256 => "RS256",
+            JwtAlgorithm::Es256 => "ES256",
+            JwtAlgorithm::EdDsa => "EdDSA",
+        }
+    }
+}
+
+/// A key's material, as the JWK gives it (base64url, checked for form and length).
+#[derive(Debug, Clone, PartialEq)]
+pub enum JwtKeyMaterial {
+    /// The HS256 secret.
+    Secret(Secret),
+    /// An RSA public key: modulus and exponent.
+    Rsa {
+        /// Modulus (`n`).
+        n: String,
+        /// Public exponent (`e`).
+        e: String,
+    },
+    /// A P-256 public key: the point's coordinates.
+    Ec {
+        /// `x`.
+        x: String,
+        /// `y`.
+        y: String,
+    },
+    /// An Ed25519 public key (`x`).
+    Ed {
+        /// `x`.
+        x: String,
+    },
+}
+
+/// Where a request's token is read (`header` or `cookie` of `[identity.jwt]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// A header (lower case) whose one value is `Bearer TOKEN`.
+    Header(String),
+    /// A cookie of this name whose value is the token.
+    Cookie(String),
+}
+
+/// What a request whose token does not verify gets (`on_invalid_token`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnInvalidToken {
+    /// Its `jwt:` parts are absent: the next source of each fallback chain is used.
+    #[default]
+    Fallback,
+    /// 401 with `WWW-Authenticate: Bearer error="invalid_token"`.
+    Reject,
 }
 
 /// `[server]`
@@ -219,6 +334,9 @@ pub fn methods_match(configured: &[String], method: &str) -> bool {
 }
 
 /// One limit of a route: a policy (index into `Config::policies`), the key, the cost.
+///
+/// A limit written with `policy_by` becomes one `RouteLimit` per plan it names and one for its
+/// `default_policy`, each with its [`PlanChoice`]: exactly one of them applies to a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteLimit {
     /// Index into [`Config::policies`].
@@ -227,6 +345,44 @@ pub struct RouteLimit {
     pub key: KeySpec,
     /// What one request costs under this limit.
     pub cost: u64,
+    /// `None`: it applies to every request; otherwise only to requests of its plan.
+    pub plan: Option<PlanChoice>,
+}
+
+/// Which requests a plan-chosen limit applies to (`policy_by`, `policies`, `default_policy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanChoice {
+    /// Where the plan is read: `jwt:CLAIM`, `user`, or `header:NAME` (believed only from
+    /// trusted proxies, like the user header: a client must not choose its own quota).
+    pub by: KeySource,
+    /// The plan this limit is for; `None`: the default, for requests with no plan or one that
+    /// `named` does not hold.
+    pub plan: Option<String>,
+    /// Every plan its group names.
+    pub named: Vec<String>,
+}
+
+impl PlanChoice {
+    /// True when a request whose plan reads `value` (`None`: no plan) gets this limit.
+    ///
+    /// ```
+    /// use sluice_config::{KeySource, PlanChoice};
+    /// let named = vec!["free".to_string(), "pro".to_string()];
+    /// let by = KeySource::Jwt("/plan".into());
+    /// let pro = PlanChoice { by: by.clone(), plan: Some("pro".into()), named: named.clone() };
+    /// let default = PlanChoice { by, plan: None, named };
+    /// assert!(pro.applies(Some(b"pro")));
+    /// assert!(!pro.applies(Some(b"Pro")) && default.applies(Some(b"Pro")));
+    /// assert!(default.applies(None) && !default.applies(Some(b"free")));
+    /// ```
+    pub fn applies(&self, value: Option<&[u8]>) -> bool {
+        match (&self.plan, value) {
+            (Some(plan), Some(v)) => plan.as_bytes() == v,
+            (Some(_), None) => false,
+            (None, Some(v)) => !self.named.iter().any(|n| n.as_bytes() == v),
+            (None, None) => true,
+        }
+    }
 }
 
 /// A key: parts that combine into one key; each part is a chain of sources where a later
@@ -276,6 +432,9 @@ pub enum KeySource {
     Route,
     /// A constant (a global limit).
     Const(String),
+    /// A claim of a verified bearer JWT (`[identity.jwt]`), at this JSON pointer into its
+    /// payload (`jwt:sub` is `/sub`): absent unless the token verifies.
+    Jwt(String),
     /// Another source's value read as an email address (`email(json:/email)`): trimmed,
     /// lower-cased, and a `+tag` in the local part dropped, so `Victim+1@x` and `victim@x` are
     /// one account. An alias rule for providers that deliver `+tag` mail to the same mailbox,
@@ -312,6 +471,7 @@ impl KeySource {
             KeySource::Path => "path",
             KeySource::Route => "route",
             KeySource::Const(_) => "const",
+            KeySource::Jwt(_) => "jwt",
         }
     }
 }
@@ -323,6 +483,11 @@ impl fmt::Display for KeySource {
             KeySource::Json(p) => write!(f, "json:{p}"),
             KeySource::Const(c) => write!(f, "const:{c}"),
             KeySource::Email(inner) => write!(f, "email({inner})"),
+            // A top-level claim as written (`jwt:sub`), a deeper one as its pointer.
+            KeySource::Jwt(p) => match p.strip_prefix('/') {
+                Some(name) if !name.contains(['/', '~']) => write!(f, "jwt:{name}"),
+                _ => write!(f, "jwt:{p}"),
+            },
             other => f.write_str(other.kind()),
         }
     }

@@ -1,5 +1,7 @@
 //! The file as serde reads it: strings and options, nothing validated yet.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -17,6 +19,7 @@ pub(crate) struct RawConfig {
     pub decision_api: Option<Spanned<RawDecisionApi>>,
     pub decision_log: Option<Spanned<RawDecisionLog>>,
     pub rls: Option<Spanned<RawRls>>,
+    pub identity: Option<Spanned<RawIdentity>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -79,9 +82,12 @@ pub(crate) struct RawRoute {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLimit {
-    pub policy: String,
+    pub policy: Option<String>,
     pub key: RawKey,
     pub cost: Option<u64>,
+    pub policy_by: Option<String>,
+    pub policies: Option<BTreeMap<String, String>>,
+    pub default_policy: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,4 +144,49 @@ pub(crate) struct RawRls {
     pub listen: Option<String>,
     pub descriptors: String,
     pub charge: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIdentity {
+    pub jwt: Option<Spanned<RawJwt>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawJwt {
+    pub hs256_secret: Option<String>,
+    pub hs256_secret_file: Option<String>,
+    pub hs256_secret_env: Option<String>,
+    pub jwks_file: Option<String>,
+    pub header: Option<String>,
+    pub cookie: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub leeway: Option<String>,
+    pub on_invalid_token: Option<String>,
+    pub cache_entries: Option<usize>,
+}
+
+/// A JSON Web Key Set file (RFC 7517), as far as sluice reads it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawJwks {
+    pub keys: Vec<RawJwk>,
+}
+
+/// One key of a JWKS; members sluice does not use are ignored.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawJwk {
+    pub kty: String,
+    pub kid: Option<String>,
+    pub alg: Option<String>,
+    #[serde(rename = "use")]
+    pub use_: Option<String>,
+    pub crv: Option<String>,
+    pub n: Option<String>,
+    pub e: Option<String>,
+    pub x: Option<String>,
+    pub y: Option<String>,
+    /// Present only in private keys, which a JWKS of verification keys must not hold.
+    pub d: Option<serde::de::IgnoredAny>,
 }

@@ -26,6 +26,7 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 
 pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, ConfigError> {
     let (server, decision_api_switch) = server(src, raw.server)?;
+    let identity = crate::identity::identity(src, raw.identity)?;
     let upstream = raw.upstream.map(|u| upstream(src, u)).transpose()?;
     let mut policies = Vec::with_capacity(raw.policy.len());
     let mut by_name = HashMap::new();
@@ -48,7 +49,7 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         .enumerate()
         .map(|(i, r)| {
             let span = r.span();
-            route(src, i, &span, r.into_inner(), &by_name, &policies, &server)
+            route(src, i, &span, r.into_inner(), &by_name, &policies, (&server, &identity))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let store_span = raw.store.as_ref().map(|s| s.span());
@@ -74,7 +75,7 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         .transpose()?;
     let decision_log = decision_log(src, raw.decision_log)?;
     let rls = raw.rls.map(|r| rls(src, r)).transpose()?;
-    Ok(Config { server, upstream, policies, routes, store, admin, decision_log, decision_api, rls })
+    Ok(Config { server, upstream, policies, routes, store, admin, decision_log, decision_api, rls, identity })
 }
 
 fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -90,7 +91,7 @@ fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str
 /// A secret given inline as `{base}`, in a file `{base}_file` (relative to the config file's
 /// folder; one trailing newline dropped), or in the environment variable `{base}_env` names: at
 /// most one of the three.
-fn secret(
+pub(crate) fn secret(
     src: &Source<'_>,
     span: &Range<usize>,
     table: &str,
@@ -106,8 +107,7 @@ fn secret(
     let value = match (inline, file, env) {
         (Some(v), _, _) => v,
         (_, Some(path), _) => {
-            let dir = std::path::Path::new(src.file).parent().unwrap_or(std::path::Path::new(""));
-            let full = dir.join(&path);
+            let full = beside_config(src, &path);
             let text = std::fs::read_to_string(&full)
                 .map_err(|e| err(field("_file"), format!("cannot read `{}`: {e}", full.display())))?;
             text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string()
@@ -120,6 +120,12 @@ fn secret(
         return Err(err(field(""), "must be at least 16 characters (use a long random string)".into()));
     }
     Ok(Some(Secret::new(value)))
+}
+
+/// A path named in the configuration: relative paths are taken from the config file's folder.
+pub(crate) fn beside_config(src: &Source<'_>, path: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(src.file).parent().unwrap_or(std::path::Path::new(""));
+    dir.join(path)
 }
 
 fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Server, Option<bool>), ConfigError> {
@@ -386,7 +392,7 @@ fn route(
     r: RawRoute,
     policies: &HashMap<String, usize>,
     configured: &[PolicyConfig],
-    server: &Server,
+    (server, identity): (&Server, &Identity),
 ) -> Result<Route, ConfigError> {
     let err =
         |field: &str, msg: String| src.error(Some(src.field_line(span, field)), format!("route[{i}].{field}"), msg);
@@ -417,32 +423,105 @@ fn route(
     }
     let mut limits = Vec::with_capacity(r.limits.len());
     for (j, l) in r.limits.into_iter().enumerate() {
-        let lerr =
-            |msg: String| src.error(Some(src.field_line(span, "limits")), format!("route[{i}].limits[{j}]"), msg);
-        let policy = *policies.get(&l.policy).ok_or_else(|| lerr(format!("no policy named `{}`", l.policy)))?;
+        let at = format!("route[{i}].limits[{j}]");
+        let lerr = |field: &str, msg: String| {
+            let path = if field.is_empty() { at.clone() } else { format!("{at}.{field}") };
+            src.error(Some(src.field_line(span, if field.is_empty() { "limits" } else { field })), path, msg)
+        };
         let texts = match l.key {
             RawKey::One(s) => vec![s],
             RawKey::Parts(v) => v,
         };
         if texts.is_empty() {
-            return Err(lerr("key must name at least one part".into()));
+            return Err(lerr("", "key must name at least one part".into()));
         }
-        let parts = texts.iter().map(|t| key_part(t)).collect::<Result<Vec<_>, _>>().map_err(lerr)?;
-        if parts.iter().flatten().any(|s| *s.base() == KeySource::User) && server.user_header.is_none() {
-            return Err(lerr("key part `user` needs `server.user_header`".into()));
-        }
+        let parts = texts.iter().map(|t| key_part(t)).collect::<Result<Vec<_>, _>>().map_err(|m| lerr("", m))?;
+        let key = KeySpec { parts };
+        let needs_source = |s: &KeySource| -> Result<(), ConfigError> {
+            match s.base() {
+                KeySource::User if server.user_header.is_none() => {
+                    Err(lerr("", format!("key part `{s}` needs `server.user_header`")))
+                }
+                KeySource::Jwt(_) if identity.jwt.is_none() => {
+                    Err(lerr("", format!("key part `{s}` needs `[identity.jwt]`")))
+                }
+                _ => Ok(()),
+            }
+        };
+        key.parts.iter().flatten().try_for_each(needs_source)?;
         let cost = l.cost.unwrap_or(route_cost);
         if cost == 0 {
-            return Err(lerr("cost must be at least 1: a request that costs nothing is never limited".into()));
+            return Err(lerr("", "cost must be at least 1: a request that costs nothing is never limited".into()));
         }
-        let limit = configured[policy].policy.limit();
-        if cost > limit {
-            return Err(lerr(format!(
-                "cost {cost} exceeds policy `{}`'s limit {limit}: no request could pass",
-                l.policy
-            )));
+        let choices = match (l.policy, l.policy_by) {
+            (Some(_), Some(_)) => {
+                return Err(lerr(
+                    "policy_by",
+                    "give `policy`, or `policy_by` with `policies` and `default_policy`, not both".into(),
+                ));
+            }
+            (Some(name), None) => {
+                for (field, there) in
+                    [("policies", l.policies.is_some()), ("default_policy", l.default_policy.is_some())]
+                {
+                    if there {
+                        return Err(lerr(field, "applies only with `policy_by` (and without `policy`)".into()));
+                    }
+                }
+                vec![(name, None)]
+            }
+            (None, None) => {
+                return Err(lerr("", "needs `policy`, or `policy_by` with `policies` and `default_policy`".into()));
+            }
+            (None, Some(by)) => {
+                let by = plan_source(&by, server).map_err(|m| lerr("policy_by", m))?;
+                needs_source(&by)?;
+                let plans = l.policies.ok_or_else(|| {
+                    lerr(
+                        "policy_by",
+                        "needs `policies`, a table of plan = policy, like `{ free = \"search-free\" }`".into(),
+                    )
+                })?;
+                if plans.is_empty() {
+                    return Err(lerr("policies", "must name at least one plan".into()));
+                }
+                if plans.keys().any(String::is_empty) {
+                    return Err(lerr("policies", "a plan name must not be empty".into()));
+                }
+                let default = l.default_policy.ok_or_else(|| {
+                    lerr(
+                        "policy_by",
+                        "needs `default_policy`: the policy of requests with no plan, or one `policies` does not name"
+                            .into(),
+                    )
+                })?;
+                let named: Vec<String> = plans.keys().cloned().collect();
+                let mut choices: Vec<(String, Option<PlanChoice>)> = plans
+                    .into_iter()
+                    .map(|(plan, policy)| {
+                        (policy, Some(PlanChoice { by: by.clone(), plan: Some(plan), named: named.clone() }))
+                    })
+                    .collect();
+                choices.push((default, Some(PlanChoice { by, plan: None, named })));
+                choices
+            }
+        };
+        for (name, plan) in choices {
+            let field = match &plan {
+                None => String::new(),
+                Some(PlanChoice { plan: Some(p), .. }) => format!("policies.{p}"),
+                Some(PlanChoice { plan: None, .. }) => "default_policy".to_string(),
+            };
+            let policy = *policies.get(&name).ok_or_else(|| lerr(&field, format!("no policy named `{name}`")))?;
+            let limit = configured[policy].policy.limit();
+            if cost > limit {
+                return Err(lerr(
+                    &field,
+                    format!("cost {cost} exceeds policy `{name}`'s limit {limit}: no request could pass"),
+                ));
+            }
+            limits.push(RouteLimit { policy, key: key.clone(), cost, plan });
         }
-        limits.push(RouteLimit { policy, key: KeySpec { parts }, cost });
     }
     Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits })
 }
@@ -455,10 +534,10 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
             if let Some(inner) = s.strip_prefix("email(").and_then(|r| r.strip_suffix(')')) {
                 let inner = key_part(inner)?;
                 return match inner.as_slice() {
-                    [one @ (KeySource::Header(_) | KeySource::Json(_) | KeySource::User)] => {
+                    [one @ (KeySource::Header(_) | KeySource::Json(_) | KeySource::User | KeySource::Jwt(_))] => {
                         Ok(KeySource::Email(Box::new(one.clone())))
                     }
-                    _ => Err(format!("`{s}`: email(...) takes one header:, json: or user part")),
+                    _ => Err(format!("`{s}`: email(...) takes one header:, json:, jwt: or user part")),
                 };
             }
             let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
@@ -471,7 +550,9 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
                 "method" => Ok(KeySource::Method),
                 "path" => Ok(KeySource::Path),
                 "route" => Ok(KeySource::Route),
-                "header" => Ok(KeySource::Header(need_arg("a header name, like `header:x-api-key`")?.to_ascii_lowercase())),
+                "header" => {
+                    Ok(KeySource::Header(need_arg("a header name, like `header:x-api-key`")?.to_ascii_lowercase()))
+                }
                 "json" => {
                     let p = need_arg("a JSON pointer, like `json:/email`")?;
                     if !p.starts_with('/') {
@@ -480,13 +561,37 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
                     Ok(KeySource::Json(p))
                 }
                 "const" => Ok(KeySource::Const(need_arg("a value, like `const:global`")?)),
+                "jwt" => Ok(KeySource::Jwt(claim_pointer(&need_arg("a claim, like `jwt:sub` or `jwt:/tenant/id`")?))),
                 other => Err(format!(
-                    "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, method, path, route, const:VALUE, \
-                     email(...))"
+                    "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, jwt:CLAIM, method, path, route, \
+                     const:VALUE, email(...))"
                 )),
             }
         })
         .collect()
+}
+
+/// The JSON pointer of a `jwt:` claim: `/...` as written, a bare name as the top-level member
+/// of that name (`sub` is `/sub`; `~` and `/` in it escaped as RFC 6901 says).
+fn claim_pointer(claim: &str) -> String {
+    if claim.starts_with('/') { claim.to_owned() } else { format!("/{}", claim.replace('~', "~0").replace('/', "~1")) }
+}
+
+/// The source of `policy_by`: one source a client cannot set for itself. A header is believed
+/// only from trusted proxies (so it needs some), as the user header is.
+fn plan_source(text: &str, server: &Server) -> Result<KeySource, String> {
+    let chain = key_part(text)?;
+    match chain.as_slice() {
+        [by @ (KeySource::Jwt(_) | KeySource::User)] => Ok(by.clone()),
+        [by @ KeySource::Header(_)] if server.trusted_proxies.is_empty() => Err(format!(
+            "`{by}` is believed only from trusted proxies (a client must not choose its own quota): set \
+             `server.trusted_proxies`, or read the plan from a verified token (`jwt:plan`)"
+        )),
+        [by @ KeySource::Header(_)] => Ok(by.clone()),
+        _ => Err(format!(
+            "`{text}`: the plan comes from one of jwt:CLAIM, user, or header:NAME (believed from trusted proxies only)"
+        )),
+    }
 }
 
 fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<StoreConfig, ConfigError> {

@@ -2,22 +2,28 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::HeaderMap;
-use sluice_config::{KeySource, KeySpec};
+use sluice_config::{KeySource, KeySpec, PlanChoice};
 use sluice_store::{KeyHash, KeyHasher};
 
 use crate::body_key::JsonBody;
 use crate::identity::Client;
+use crate::jwt::{JwtVerifier, TokenMemo, Verdict};
 
 /// Why a request's key cannot be built: it would let the client choose its bucket. Answered
-/// with 400.
+/// with 400 (an invalid token with 401).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyRefusal {
     /// A header that a key is built from came in several lines: a front proxy that appends
     /// would let the client pick which one counts.
     #[error("The header `{0}` may appear once.")]
     RepeatedHeader(String),
+    /// The request's bearer token does not verify, and `[identity.jwt] on_invalid_token` is
+    /// `"reject"`.
+    #[error("The bearer token is invalid or expired.")]
+    InvalidToken,
 }
 
 /// What a key may be built from, gathered once per request.
@@ -52,12 +58,24 @@ pub struct KeyBuilder {
     /// The header carrying an authenticated user id (lower case), believed only from trusted
     /// peers.
     user_header: Option<String>,
+    /// Verifies bearer tokens for `jwt:` parts; without it they are always absent.
+    jwt: Option<Arc<JwtVerifier>>,
 }
 
 impl KeyBuilder {
     /// Keys hashed with `hasher`; the `user` part reads `user_header` (from trusted peers only).
     pub fn new(hasher: KeyHasher, user_header: Option<String>) -> Self {
-        Self { hasher, user_header: user_header.map(|h| h.to_ascii_lowercase()) }
+        Self { hasher, user_header: user_header.map(|h| h.to_ascii_lowercase()), jwt: None }
+    }
+
+    /// The same builder, reading `jwt:` parts from tokens that `verifier` verifies.
+    pub fn with_jwt(self, verifier: Option<Arc<JwtVerifier>>) -> Self {
+        Self { jwt: verifier, ..self }
+    }
+
+    /// The token verifier, if `[identity.jwt]` is configured.
+    pub fn jwt(&self) -> Option<&Arc<JwtVerifier>> {
+        self.jwt.as_ref()
     }
 
     /// The key hasher.
@@ -101,11 +119,23 @@ impl KeyBuilder {
         spec: &KeySpec,
         facts: &RequestFacts<'_>,
     ) -> Result<(KeyHash, KeyKind), KeyRefusal> {
+        self.key_in(policy, spec, facts, &TokenMemo::default())
+    }
+
+    /// [`KeyBuilder::key`] for one of a request's limits: `memo` keeps the request's token
+    /// verdict, so several limits verify its token once.
+    pub fn key_in(
+        &self,
+        policy: &str,
+        spec: &KeySpec,
+        facts: &RequestFacts<'_>,
+        memo: &TokenMemo,
+    ) -> Result<(KeyHash, KeyKind), KeyRefusal> {
         let mut found: Vec<(KeyKind, Cow<'_, [u8]>)> = Vec::with_capacity(spec.parts.len());
         for chain in &spec.parts {
             let mut part = None;
             for source in chain {
-                if let Some(v) = self.value_of(source, facts)? {
+                if let Some(v) = self.value_of(source, facts, memo)? {
                     part = Some((source.kind(), v));
                     break;
                 }
@@ -128,8 +158,23 @@ impl KeyBuilder {
         self.hasher.hash(&[policy.as_bytes(), b"api", key.as_bytes()])
     }
 
-    /// The value of one source for a request: `Ok(None)` when absent (a later source of the
-    /// chain is tried), an error when the request is ambiguous about it.
+    /// True when a limit chosen by plan applies to a request: its plan read from `choice.by`
+    /// is the limit's, or, for the default, none of the others. A plan header is believed only
+    /// from trusted peers (a client must not choose its own quota); from anyone else the
+    /// request has no plan.
+    pub fn plan_applies(
+        &self,
+        choice: &PlanChoice,
+        facts: &RequestFacts<'_>,
+        memo: &TokenMemo,
+    ) -> Result<bool, KeyRefusal> {
+        let plan = match &choice.by {
+            KeySource::Header(_) if !facts.client.peer_trusted => None,
+            by => self.value_of(by, facts, memo)?,
+        };
+        Ok(choice.applies(plan.as_deref()))
+    }
+
     /// The key of an Envoy rate-limit descriptor under `policy` in `domain`: its entries
     /// (key, value) in order, hashed apart from request keys and named keys.
     pub fn descriptor(&self, policy: &str, domain: &str, entries: &[(&str, &str)]) -> KeyHash {
@@ -142,7 +187,15 @@ impl KeyBuilder {
         self.hasher.hash(&parts)
     }
 
-    fn value_of<'a>(&self, source: &'a KeySource, f: &RequestFacts<'a>) -> Result<Option<Cow<'a, [u8]>>, KeyRefusal> {
+    /// The value of one source for a request: `Ok(None)` when absent (a later source of the
+    /// chain is tried), an error when the request is ambiguous about it (or its token invalid,
+    /// when invalid tokens are refused).
+    fn value_of<'a>(
+        &self,
+        source: &'a KeySource,
+        f: &RequestFacts<'a>,
+        memo: &TokenMemo,
+    ) -> Result<Option<Cow<'a, [u8]>>, KeyRefusal> {
         let header = |name: &str| {
             let mut lines = f.headers.get_all(name).iter();
             let first = lines.next();
@@ -177,8 +230,15 @@ impl KeyBuilder {
             KeySource::Route => Some(Cow::Borrowed(f.route.as_bytes())),
             KeySource::Const(c) => Some(Cow::Borrowed(c.as_bytes())),
             KeySource::Email(inner) => {
-                self.value_of(inner, f)?.and_then(|v| email_key(&v)).map(|e| Cow::Owned(e.into_bytes()))
+                self.value_of(inner, f, memo)?.and_then(|v| email_key(&v)).map(|e| Cow::Owned(e.into_bytes()))
             }
+            KeySource::Jwt(pointer) => match &self.jwt {
+                None => None,
+                Some(verifier) => match memo.verdict(verifier, f.headers) {
+                    Verdict::Invalid if verifier.rejects_invalid() => return Err(KeyRefusal::InvalidToken),
+                    verdict => verifier.claim(verdict, pointer).map(|c| Cow::Owned(c.to_vec())),
+                },
+            },
         })
     }
 }

@@ -5,6 +5,7 @@
 //!   IPv6 grouped by prefix, resolved once per request into a [`identity::Client`];
 //! - [`keys`]: key parts (`ip`, `header:NAME`, `user`, `json:/pointer`, ...) hashed into keys;
 //! - [`body_key`]: which JSON body may be keyed, and which is refused;
+//! - [`jwt`]: bearer tokens verified (and cached) for `jwt:CLAIM` key parts and plans;
 //! - [`enforce`]: a request's checks against a store, shadow policies apart;
 //! - [`pipeline`]: the one step every face calls — facts → checks → decision → [`pipeline::Action`];
 //! - [`headers`] and [`response`]: `Retry-After`, `Cache-Control: no-store`, the `draft-6`,
@@ -26,6 +27,7 @@ pub mod body_key;
 pub mod enforce;
 pub mod headers;
 pub mod identity;
+pub mod jwt;
 pub mod keys;
 pub mod layer;
 pub mod pipeline;

@@ -24,6 +24,7 @@ use crate::body_key::BodyRefusal;
 use crate::enforce::{Enforcer, Outcome, PolicyInfo};
 use crate::headers::{LimitView, write_denied, write_rate_limit_headers};
 use crate::identity::{Client, ClientIdentity};
+use crate::jwt::{JwtVerifier, TokenMemo};
 use crate::keys::{KeyBuilder, KeyKind, KeyRefusal, RequestFacts};
 use crate::response::Answer;
 
@@ -115,9 +116,20 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The 400 that answers it.
+    /// The 400 that answers it; 401 with `WWW-Authenticate: Bearer error="invalid_token"` for
+    /// an invalid token.
     pub fn answer(&self) -> Answer {
-        Answer::bad_request(&self.to_string())
+        match self {
+            Refusal::Key(KeyRefusal::InvalidToken) => {
+                let mut a = Answer::error(StatusCode::UNAUTHORIZED, "invalid_token", &self.to_string());
+                a.headers.insert(
+                    http::header::WWW_AUTHENTICATE,
+                    http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                );
+                a
+            }
+            _ => Answer::bad_request(&self.to_string()),
+        }
     }
 }
 
@@ -125,6 +137,21 @@ impl Refusal {
 /// refused.
 pub fn route_path(raw: &str) -> Result<Cow<'_, str>, Refusal> {
     Ok(request_path(raw)?)
+}
+
+/// Every claim the routes of `config` read from tokens (key parts and plans), once each.
+fn jwt_pointers(config: &Config) -> Vec<String> {
+    let mut pointers: Vec<String> = Vec::new();
+    let limits = config.routes.iter().flat_map(|r| &r.limits);
+    let sources = limits.flat_map(|l| l.key.parts.iter().flatten().chain(l.plan.as_ref().map(|p| &p.by)));
+    for source in sources {
+        if let sluice_config::KeySource::Jwt(p) = source.base()
+            && !pointers.contains(p)
+        {
+            pointers.push(p.clone());
+        }
+    }
+    pointers
 }
 
 /// One request's decision: its checks, the key kinds, the time it took, the store's outcome.
@@ -167,9 +194,13 @@ impl Limiter {
     /// response settings, keys hashed by `hasher`.
     pub fn of_config(config: &Config, store: Arc<dyn Store>, hasher: KeyHasher) -> Self {
         let s = &config.server;
+        let jwt = config.identity.jwt.as_ref().map(|j| {
+            let clock = Arc::new(SystemClock::new());
+            Arc::new(JwtVerifier::new(j, hasher.clone(), clock, jwt_pointers(config)))
+        });
         Self::new(
             Enforcer::of_config(store, config),
-            KeyBuilder::new(hasher, s.user_header.clone()),
+            KeyBuilder::new(hasher, s.user_header.clone()).with_jwt(jwt),
             ClientIdentity::new(s.trusted_proxies.clone(), s.ipv6_prefix).with_header(s.forwarded_header),
             s.headers.clone(),
             StatusCode::from_u16(s.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
@@ -220,9 +251,17 @@ impl Limiter {
         let mut checks = Vec::with_capacity(limits.len());
         let mut kinds = Vec::with_capacity(limits.len());
         let mut positions = Vec::with_capacity(limits.len());
+        // The request's token is verified at most once, whichever limits read it.
+        let memo = TokenMemo::default();
         for (i, l) in limits.iter().enumerate().filter(|(_, l)| which(l)) {
+            // Of the limits a plan chooses between, only the request's plan's applies.
+            if let Some(choice) = &l.plan
+                && !self.keys.plan_applies(choice, facts, &memo)?
+            {
+                continue;
+            }
             let name = self.enforcer.policies().get(l.policy).map_or("", |p| p.name.as_str());
-            let (key, kind) = self.keys.key(name, &l.key, facts)?;
+            let (key, kind) = self.keys.key_in(name, &l.key, facts, &memo)?;
             checks.push(Check { policy: l.policy, key, cost: l.cost });
             kinds.push(kind);
             positions.push(i);

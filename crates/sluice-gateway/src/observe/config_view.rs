@@ -1,12 +1,15 @@
 //! The resolved configuration as JSON for `GET /config`, with secrets redacted.
 
 use serde_json::{Value, json};
-use sluice_config::{Config, OnDeny, OnError, REDACTED, SecretUrl, StoreConfig};
+use sluice_config::{
+    Config, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, SecretUrl, StoreConfig, TokenSource,
+};
 use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
 
 /// The configuration in force, as the gateway understood it: defaults filled in, durations in
-/// milliseconds, policies by name. `server.key_secret` is redacted (only whether one is set
-/// shows), and so is any password in a store URL.
+/// milliseconds, policies by name. `server.key_secret` and `identity.jwt`'s HS256 secret are
+/// redacted (only whether one is set shows), and so is any password in a store URL; of the JWT
+/// keys only their algorithm and `kid` show.
 ///
 /// ```
 /// let c = sluice_config::parse("s.toml", "[server]\nkey_secret = \"0123456789abcdef-secret\"\n").unwrap();
@@ -49,18 +52,53 @@ pub fn config_json(c: &Config) -> Value {
             "name": r.name,
             "path": r.path.to_string(),
             "methods": r.methods,
-            "limits": r.limits.iter().map(|l| json!({
-                "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),
-                "key": l.key.to_string(),
-                "cost": l.cost,
-            })).collect::<Vec<_>>(),
+            "limits": r.limits.iter().map(|l| {
+                let mut v = json!({
+                    "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),
+                    "key": l.key.to_string(),
+                    "cost": l.cost,
+                });
+                if let Some(plan) = &l.plan {
+                    // One limit per plan (and one for the rest): which requests this one gets.
+                    v["policy_by"] = json!(plan.by.to_string());
+                    v["plan"] = plan.plan.as_ref().map_or(json!({ "default": true }), |p| json!(p));
+                }
+                v
+            }).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "store": store_json(&c.store),
+        "identity": { "jwt": c.identity.jwt.as_ref().map(jwt_json) },
         "admin": c.admin.as_ref().map(|a| json!({ "listen": a.listen.to_string() })),
         "decision_log": {
             "sample": c.decision_log.sample,
             "denials_per_second": c.decision_log.denials_per_second,
         },
+    })
+}
+
+fn jwt_json(j: &Jwt) -> Value {
+    let (header, cookie) = match &j.token {
+        TokenSource::Header(h) => (Some(h.as_str()), None),
+        TokenSource::Cookie(c) => (None, Some(c.as_str())),
+    };
+    json!({
+        "keys": j.keys.iter().map(|k| json!({
+            "algorithm": k.algorithm.name(),
+            "kid": k.kid,
+            // Public keys are not secret, but they say nothing an operator needs here.
+            "secret": matches!(k.material, JwtKeyMaterial::Secret(_)).then_some(REDACTED),
+        })).collect::<Vec<_>>(),
+        "jwks_file": j.jwks_file.as_ref().map(|f| f.display().to_string()),
+        "header": header,
+        "cookie": cookie,
+        "issuer": j.issuer,
+        "audience": j.audience,
+        "leeway_ms": j.leeway / NANOS_PER_MILLI,
+        "on_invalid_token": match j.on_invalid_token {
+            OnInvalidToken::Fallback => "fallback",
+            OnInvalidToken::Reject => "reject",
+        },
+        "cache_entries": j.cache_entries,
     })
 }
 
@@ -164,5 +202,51 @@ on_error = "fail-closed"
         assert_eq!(v["server"]["key_secret"], "<redacted>");
         assert!(!v.to_string().contains("a secret shared"));
         assert!(!v.to_string().contains(":pw@"));
+        assert_eq!(v["identity"]["jwt"], Value::Null);
+    }
+
+    #[test]
+    fn jwt_identity_and_plan_limits_are_described_with_the_secret_redacted() {
+        let c = sluice_config::parse(
+            "s.toml",
+            r#"
+[identity.jwt]
+hs256_secret = "the HS256 secret of the test"
+audience = "api"
+on_invalid_token = "reject"
+
+[[policy]]
+name = "free"
+algorithm = "fixed-window"
+limit = 2
+window = "1m"
+
+[[policy]]
+name = "anonymous"
+algorithm = "fixed-window"
+limit = 1
+window = "1m"
+
+[[route]]
+path = "/api"
+limits = [{ key = "jwt:sub|ip", policy_by = "jwt:plan", policies = { free = "free" }, default_policy = "anonymous" }]
+"#,
+        )
+        .unwrap();
+        let v = config_json(&c);
+        let jwt = &v["identity"]["jwt"];
+        assert_eq!(jwt["keys"][0]["algorithm"], "HS256");
+        assert_eq!(jwt["keys"][0]["secret"], REDACTED);
+        assert_eq!(jwt["header"], "authorization");
+        assert_eq!(jwt["on_invalid_token"], "reject");
+        assert_eq!(jwt["leeway_ms"], 30_000);
+        assert!(!v.to_string().contains("the HS256 secret"));
+        let limits = &v["routes"][0]["limits"];
+        assert_eq!(limits[0]["policy"], "free");
+        assert_eq!(limits[0]["plan"], "free");
+        assert_eq!(limits[0]["policy_by"], "jwt:plan");
+        assert_eq!(limits[1]["policy"], "anonymous");
+        assert_eq!(limits[1]["plan"]["default"], true);
+        assert_eq!(limits[1]["key"], "jwt:sub|ip");
     }
 }

@@ -136,7 +136,7 @@ impl RateLimitLayerBuilder {
             if key.needs_body() {
                 return Err(LayerError::BodyKey(key.to_string()));
             }
-            limits.push(RouteLimit { policy, key, cost });
+            limits.push(RouteLimit { policy, key, cost, plan: None });
         }
         let limiter = Limiter::new(
             enforcer,
