@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use sluice_config::{Config, OnDeny, Route};
+use sluice_config::{Config, KeySource, OnDeny, PlanChoice, Route};
 use sluice_http::body_key::{BodyRefusal, JsonBody, keyable_json, needs_body};
 use sluice_http::identity::Client;
 use sluice_http::keys::RequestFacts;
@@ -61,7 +61,14 @@ impl Loaded {
         let observed = Observed::resolve(observer, &config, store.kind());
         let limiter = Limiter::of_config(&config, store, hasher);
         let s = &config.server;
-        let forwarding = Forwarding::new(s.forwarded_header, s.user_header.as_deref());
+        // The user header and every header a plan is read from: a client must not hand the
+        // upstream a plan (or a user) of its choosing.
+        let plan_headers = config.routes.iter().flat_map(|r| &r.limits).filter_map(|l| match &l.plan {
+            Some(PlanChoice { by: KeySource::Header(h), .. }) => Some(h.as_str()),
+            _ => None,
+        });
+        let forwarding =
+            Forwarding::with_identity(s.forwarded_header, s.user_header.as_deref().into_iter().chain(plan_headers));
         let body_reads = Arc::new(BodyReads::new(s.max_body_reads_per_client));
         Ok(Self { limiter, upstream, forwarding, body_reads, decision_api, config, observed })
     }

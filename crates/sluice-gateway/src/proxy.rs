@@ -151,7 +151,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub struct Forwarding {
     /// The forwarding header sluice writes: the one its trusted proxies write.
     header: ForwardedHeader,
-    /// Identity headers believed only from trusted proxies (the user header).
+    /// Identity headers believed only from trusted proxies (the user header, plan headers).
     identity: Vec<HeaderName>,
 }
 
@@ -162,8 +162,15 @@ static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 impl Forwarding {
     /// Writes `header`; `user_header` (if any) is an identity header.
     pub fn new(header: ForwardedHeader, user_header: Option<&str>) -> Self {
-        let identity = user_header.and_then(|h| HeaderName::from_bytes(h.as_bytes()).ok()).into_iter().collect();
-        Self { header, identity }
+        Self::with_identity(header, user_header.into_iter())
+    }
+
+    /// Writes `header`; every name of `identity` (the user header, plan headers) is believed only
+    /// from trusted proxies, so it is dropped when anyone else sends it.
+    pub fn with_identity<'a>(header: ForwardedHeader, identity: impl Iterator<Item = &'a str>) -> Self {
+        let mut names: Vec<HeaderName> = identity.filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok()).collect();
+        names.dedup();
+        Self { header, identity: names }
     }
 
     /// Rewrites the identity headers of a request from `client` for the upstream.

@@ -93,8 +93,31 @@ pub fn describe(c: &Config) -> String {
         let methods = r.methods.as_ref().map_or("any method".to_string(), |m| m.join(","));
         let _ = writeln!(out, "  {} [{}] ({methods})", r.path, r.name);
         for l in &r.limits {
-            let _ = writeln!(out, "    - {} by {} (cost {})", c.policies[l.policy].name, l.key, l.cost);
+            let when = match &l.plan {
+                Some(p) => match &p.plan {
+                    Some(plan) => format!(" when {} = {plan}", p.by),
+                    None => format!(" when {} is none of {}", p.by, p.named.join(", ")),
+                },
+                None => String::new(),
+            };
+            let _ = writeln!(out, "    - {} by {} (cost {}){when}", c.policies[l.policy].name, l.key, l.cost);
         }
+    }
+    if let Some(j) = &c.identity.jwt {
+        let algorithms: Vec<String> = j.keys.iter().map(|k| format!("{:?}", k.algorithm)).collect();
+        let from = match &j.token {
+            sluice_config::TokenSource::Header(h) => format!("header {h}"),
+            sluice_config::TokenSource::Cookie(name) => format!("cookie {name}"),
+        };
+        let _ = writeln!(
+            out,
+            "jwt: {} key(s) ({}), from the {from}, issuer {}, audience {}, on invalid token: {:?}",
+            j.keys.len(),
+            algorithms.join(", "),
+            j.issuer.as_deref().unwrap_or("any"),
+            j.audience.as_deref().unwrap_or("any"),
+            j.on_invalid_token
+        );
     }
     let d = &c.decision_api;
     let on = d.enabled.unwrap_or(c.upstream.is_none());
