@@ -33,6 +33,8 @@ pub struct Config {
     pub decision_api: DecisionApi,
     /// Envoy's rate-limit service (`[rls]`), if configured.
     pub rls: Option<Rls>,
+    /// Decisions asked by proxies before they forward (`[forward_auth]`), if configured.
+    pub forward_auth: Option<ForwardAuth>,
 }
 
 /// `[server]`
@@ -405,4 +407,16 @@ pub enum RlsCharge {
     /// envoyproxy/ratelimit's default: each descriptor is decided and charged on its own, so a
     /// denied request still spends the descriptors that admitted it.
     Independent,
+}
+
+/// `[forward_auth]`: a path on the `[server]` listener where a trusted proxy (Caddy
+/// `forward_auth`, Traefik `forwardAuth`, nginx `auth_request`) asks whether to let the request
+/// it names through, decided by the configured routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardAuth {
+    /// The path the proxies ask (`/v1/authz` by default), in its normal form.
+    pub path: String,
+    /// The status of a denial answered to them (`server.deny_status` unless given): nginx passes
+    /// only 401 and 403 from its subrequest on, so its recipe asks for 403.
+    pub deny_status: u16,
 }

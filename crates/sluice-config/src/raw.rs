@@ -17,6 +17,7 @@ pub(crate) struct RawConfig {
     pub decision_api: Option<Spanned<RawDecisionApi>>,
     pub decision_log: Option<Spanned<RawDecisionLog>>,
     pub rls: Option<Spanned<RawRls>>,
+    pub forward_auth: Option<Spanned<RawForwardAuth>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -138,4 +139,11 @@ pub(crate) struct RawRls {
     pub listen: Option<String>,
     pub descriptors: String,
     pub charge: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawForwardAuth {
+    pub path: Option<String>,
+    pub deny_status: Option<u16>,
 }
