@@ -236,6 +236,14 @@ async fn limits_through(port: u16, app: &App, remaining: Remaining) {
     let r = send(port, "127.0.0.2", "/api/items", &[("x-forwarded-for", "198.51.100.99")]).await;
     assert_eq!(r.status, 429, "a forged X-Forwarded-For is not another client: {r:?}");
 
+    // A path the app might read as another is refused, by the proxy or by sluice (nginx turns
+    // sluice's 400 into a 500), and never reaches the app.
+    for path in ["/api%2Fitems", "/api/%252e%252e/items"] {
+        let r = send(port, "127.0.0.3", path, &[]).await;
+        assert!([400, 500].contains(&r.status), "{path}: {r:?}");
+    }
+    assert_eq!(app.hits.load(Ordering::SeqCst), before);
+
     // What no route limits goes through.
     assert_eq!(send(port, "127.0.0.2", "/health", &[]).await.status, 200);
 }
