@@ -35,6 +35,8 @@ pub struct Config {
     pub rls: Option<Rls>,
     /// Where authenticated identities come from (`[identity]`).
     pub identity: Identity,
+    /// Decisions asked by proxies before they forward (`[forward_auth]`), if configured.
+    pub forward_auth: Option<ForwardAuth>,
 }
 
 /// `[identity]`: identities sluice verifies itself.
@@ -570,4 +572,16 @@ pub enum RlsCharge {
     /// envoyproxy/ratelimit's default: each descriptor is decided and charged on its own, so a
     /// denied request still spends the descriptors that admitted it.
     Independent,
+}
+
+/// `[forward_auth]`: a path on the `[server]` listener where a trusted proxy (Caddy
+/// `forward_auth`, Traefik `forwardAuth`, nginx `auth_request`) asks whether to let the request
+/// it names through, decided by the configured routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardAuth {
+    /// The path the proxies ask (`/v1/authz` by default), in its normal form.
+    pub path: String,
+    /// The status of a denial answered to them (`server.deny_status` unless given): nginx passes
+    /// only 401 and 403 from its subrequest on, so its recipe asks for 403.
+    pub deny_status: u16,
 }

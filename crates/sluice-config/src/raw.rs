@@ -20,6 +20,7 @@ pub(crate) struct RawConfig {
     pub decision_log: Option<Spanned<RawDecisionLog>>,
     pub rls: Option<Spanned<RawRls>>,
     pub identity: Option<Spanned<RawIdentity>>,
+    pub forward_auth: Option<Spanned<RawForwardAuth>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -189,4 +190,11 @@ pub(crate) struct RawJwk {
     pub y: Option<String>,
     /// Present only in private keys, which a JWKS of verification keys must not hold.
     pub d: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawForwardAuth {
+    pub path: Option<String>,
+    pub deny_status: Option<u16>,
 }

@@ -75,7 +75,20 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         .transpose()?;
     let decision_log = decision_log(src, raw.decision_log)?;
     let rls = raw.rls.map(|r| rls(src, r)).transpose()?;
-    Ok(Config { server, upstream, policies, routes, store, admin, decision_log, decision_api, rls, identity })
+    let forward_auth = raw.forward_auth.map(|f| forward_auth(src, f, &server)).transpose()?;
+    Ok(Config {
+        server,
+        upstream,
+        policies,
+        routes,
+        store,
+        admin,
+        decision_log,
+        decision_api,
+        rls,
+        identity,
+        forward_auth,
+    })
 }
 
 fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -722,6 +735,43 @@ fn rls(src: &Source<'_>, raw: toml::Spanned<RawRls>) -> Result<Rls, ConfigError>
         }
     };
     Ok(Rls { listen, descriptors: r.descriptors.into(), charge })
+}
+
+/// The decision API's path (`sluice_gateway::decision_api::PATH`), which it answers first.
+const DECISION_API_PATH: &str = "/v1/check";
+
+fn forward_auth(
+    src: &Source<'_>,
+    raw: toml::Spanned<RawForwardAuth>,
+    server: &Server,
+) -> Result<ForwardAuth, ConfigError> {
+    let span = raw.span();
+    let f = raw.into_inner();
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("forward_auth.{field}"), msg);
+    let path = f.path.unwrap_or_else(|| "/v1/authz".into());
+    // Compared with the request's path as sent: only its normal form can be asked for.
+    match request_path(&path) {
+        Ok(normal) if normal == path.as_str() => {}
+        Ok(normal) => return Err(err("path", format!("write `{path}` in its normal form, `{normal}`"))),
+        Err(_) => return Err(err("path", format!("`{path}` is not a path like `/v1/authz`"))),
+    }
+    if path == DECISION_API_PATH || path == "/" {
+        return Err(err("path", format!("`{path}` is taken; use another path, like `/v1/authz`")));
+    }
+    if server.trusted_proxies.is_empty() {
+        return Err(err(
+            "path",
+            "forward-auth answers only trusted proxies (anyone else could spend any client's quota by naming it): \
+             list the proxies' addresses in server.trusted_proxies"
+                .into(),
+        ));
+    }
+    let deny_status = f.deny_status.unwrap_or(server.deny_status);
+    if !(400..=599).contains(&deny_status) {
+        return Err(err("deny_status", format!("{deny_status} is not a 4xx or 5xx status")));
+    }
+    Ok(ForwardAuth { path, deny_status })
 }
 
 fn decision_log(src: &Source<'_>, raw: Option<toml::Spanned<RawDecisionLog>>) -> Result<DecisionLog, ConfigError> {

@@ -22,9 +22,11 @@ use crate::body::{ReadError, ReplayBody, read_prefix};
 use crate::body_reads::BodyReads;
 use crate::decision_api;
 use crate::error::GatewayError;
+use crate::forward_auth;
 use crate::observe::{Observed, Observer};
 use crate::proxy::{Forwarding, Upstream};
 use crate::respond::{self, Body};
+use crate::routes;
 use crate::serve::{Dropped, Handler};
 use crate::stores::StoreBuilder;
 
@@ -70,6 +72,7 @@ impl Loaded {
         let forwarding =
             Forwarding::with_identity(s.forwarded_header, s.user_header.as_deref().into_iter().chain(plan_headers));
         let body_reads = Arc::new(BodyReads::new(s.max_body_reads_per_client));
+        forward_auth::warn_undecidable(&config);
         Ok(Self { limiter, upstream, forwarding, body_reads, decision_api, config, observed })
     }
 
@@ -182,6 +185,12 @@ impl Gateway {
             let access = &loaded.config.decision_api;
             return Ok(decision_api::handle(&loaded.limiter, &loaded.observed, access, peer.ip(), req).await);
         }
+        if let Some(fa) = &loaded.config.forward_auth
+            && req.uri().path() == fa.path
+        {
+            let (limiter, observed, config) = (&loaded.limiter, &loaded.observed, &loaded.config);
+            return Ok(forward_auth::handle(limiter, observed, config, peer.ip(), req.headers()).await);
+        }
         let client = loaded.limiter.client(peer.ip(), req.headers());
         // Routes match, and the `path` key part reads, the normalised path: spellings of one
         // resource share one route and one key; a path upstreams read differently is refused,
@@ -191,9 +200,7 @@ impl Gateway {
             Err(refused) => return Ok(respond::answer(refused.answer())),
         };
         let method = req.method().as_str();
-        let Some((route_idx, route)) =
-            loaded.config.routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, &path))
-        else {
+        let Some((route_idx, route)) = routes::find(&loaded.config.routes, method, &path) else {
             loaded.observed.unmatched();
             return Ok(match &loaded.upstream {
                 Some(up) => {
@@ -216,11 +223,10 @@ impl Gateway {
         // The limits that need no body are decided first: a client whose address is spent is
         // refused before its body is read, and each body read is charged to it.
         let limiter = &loaded.limiter;
-        let first = match limiter.checks_of(&route.limits, &facts, |l| !l.key.needs_body()) {
-            Ok(c) => c,
+        let mut ruling = match routes::decide_bodiless(limiter, route, &facts).await {
+            Ok(r) => r,
             Err(refused) => return Ok(respond::answer(refused.answer())),
         };
-        let mut ruling = limiter.decide(first).await;
         let mut body = ReplayBody::untouched(body);
         if needs_body(&route.limits) && ruling.allowed() {
             let read = read_keyed_body(loaded, &client, route, body).await;

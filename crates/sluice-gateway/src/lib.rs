@@ -4,6 +4,8 @@
 //! `sluice-http`.
 //! - [`gateway`]: the configured gateway — routes, body reading, shaping, proxying, reload;
 //! - [`decision_api`]: `POST /v1/check`, for applications that ask instead of proxying;
+//! - [`forward_auth`]: `[forward_auth]`, for proxies that ask before they forward (Caddy,
+//!   Traefik, nginx `auth_request`), deciding by the same [`routes`] as the gateway;
 //! - [`seed`]: the default service of `sluice serve` without a config;
 //! - [`proxy`] and [`body`]: the pooled upstream client and replayable request bodies;
 //! - [`serve`]: accept loops (one runtime per core), graceful shutdown, signals;
@@ -35,10 +37,12 @@ pub mod body;
 pub mod body_reads;
 pub mod decision_api;
 pub mod error;
+pub mod forward_auth;
 pub mod gateway;
 pub mod observe;
 pub mod proxy;
 pub mod respond;
+pub mod routes;
 pub mod seed;
 pub mod serve;
 pub mod stores;

