@@ -140,9 +140,10 @@ pub fn route_path(raw: &str) -> Result<Cow<'_, str>, Refusal> {
 }
 
 /// Every claim the routes of `config` read from tokens (key parts and plans), once each.
-fn jwt_pointers(config: &Config) -> Vec<String> {
+/// The claims (as JSON pointers) the `jwt:` parts and plans of `limits` read: the only ones a
+/// verified token's cache entry keeps.
+pub(crate) fn jwt_pointers<'a>(limits: impl Iterator<Item = &'a RouteLimit>) -> Vec<String> {
     let mut pointers: Vec<String> = Vec::new();
-    let limits = config.routes.iter().flat_map(|r| &r.limits);
     let sources = limits.flat_map(|l| l.key.parts.iter().flatten().chain(l.plan.as_ref().map(|p| &p.by)));
     for source in sources {
         if let sluice_config::KeySource::Jwt(p) = source.base()
@@ -196,7 +197,8 @@ impl Limiter {
         let s = &config.server;
         let jwt = config.identity.jwt.as_ref().map(|j| {
             let clock = Arc::new(SystemClock::new());
-            Arc::new(JwtVerifier::new(j, hasher.clone(), clock, jwt_pointers(config)))
+            let pointers = jwt_pointers(config.routes.iter().flat_map(|r| &r.limits));
+            Arc::new(JwtVerifier::new(j, hasher.clone(), clock, pointers))
         });
         Self::new(
             Enforcer::of_config(store, config),

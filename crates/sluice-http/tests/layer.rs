@@ -226,3 +226,31 @@ async fn a_shaping_limit_holds_each_request_for_its_delay_before_the_service_run
     assert_eq!(c.get("/q", &[]).await.status, 429);
     assert!(start.elapsed() < ms(1));
 }
+
+#[path = "jwt_keys/mod.rs"]
+mod jwt_keys;
+
+#[tokio::test]
+async fn the_layer_keys_on_verified_token_claims_and_ignores_forged_ones() {
+    use jwt_keys::{HS_SECRET, claims, forged, hs256};
+    let cfg = sluice_config::parse("l.toml", &format!("[identity.jwt]\nhs256_secret = {HS_SECRET:?}\n")).unwrap();
+    let by_sub = KeySpec { parts: vec![vec![KeySource::Jwt("/sub".into()), KeySource::Ip]] };
+    let layer = RateLimitLayer::builder(store())
+        .limit("per-key", by_sub)
+        .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
+        .jwt(cfg.identity.jwt.clone().unwrap())
+        .build()
+        .unwrap();
+    let c = Client { app: Router::new().route("/me", get(|| async { "me" })).layer(layer) };
+    let token = hs256().sign(&claims("alice", serde_json::json!({})));
+    let bearer = format!("Bearer {token}");
+    // alice from two addresses: one limit (per-key holds 2).
+    let from = |ip: &'static str| [("x-forwarded-for", ip), ("authorization", bearer.as_str())];
+    assert_eq!(c.get("/me", &from("198.51.100.1")).await.status, 200);
+    assert_eq!(c.get("/me", &from("198.51.100.2")).await.status, 200);
+    assert_eq!(c.get("/me", &from("198.51.100.3")).await.status, 429);
+    // A forged token claiming alice is no identity: keyed by its address, never by alice.
+    let fake = format!("Bearer {}", forged(&token));
+    let res = c.get("/me", &[("x-forwarded-for", "198.51.100.9"), ("authorization", fake.as_str())]).await;
+    assert_eq!((res.status, res.num("ratelimit-remaining")), (200, 1));
+}

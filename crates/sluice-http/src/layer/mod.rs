@@ -15,8 +15,9 @@ use tower::{Layer, Service};
 
 use crate::enforce::Enforcer;
 use crate::identity::ClientIdentity;
+use crate::jwt::JwtVerifier;
 use crate::keys::{KeyBuilder, RequestFacts};
-use crate::pipeline::{Action, Limiter, route_path};
+use crate::pipeline::{Action, Limiter, jwt_pointers, route_path};
 
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
@@ -64,6 +65,8 @@ pub struct RateLimitLayerBuilder {
     user_header: Option<String>,
     /// Finds the socket peer of a request.
     peer: PeerFn,
+    /// `[identity.jwt]`: how bearer tokens are verified for `jwt:` parts (none by default).
+    jwt: Option<sluice_config::Jwt>,
 }
 
 impl RateLimitLayerBuilder {
@@ -108,6 +111,13 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Verifies bearer tokens as `jwt` says, so `jwt:CLAIM` key parts read verified claims
+    /// (without it they are always absent). The token cache is the layer's own.
+    pub fn jwt(mut self, jwt: sluice_config::Jwt) -> Self {
+        self.jwt = Some(jwt);
+        self
+    }
+
     /// The header with the authenticated user id (believed only from trusted proxies).
     pub fn user_header(mut self, name: &str) -> Self {
         self.user_header = Some(name.to_owned());
@@ -138,9 +148,13 @@ impl RateLimitLayerBuilder {
             }
             limits.push(RouteLimit { policy, key, cost, plan: None });
         }
+        let verifier = self.jwt.as_ref().map(|j| {
+            let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SystemClock::new());
+            Arc::new(JwtVerifier::new(j, self.hasher.clone(), clock, jwt_pointers(limits.iter())))
+        });
         let limiter = Limiter::new(
             enforcer,
-            KeyBuilder::new(self.hasher, self.user_header),
+            KeyBuilder::new(self.hasher, self.user_header).with_jwt(verifier),
             ClientIdentity::new(self.trusted, self.ipv6_prefix).with_header(self.forwarded),
             self.headers,
             StatusCode::from_u16(self.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
@@ -202,6 +216,7 @@ impl RateLimitLayer {
             hasher: KeyHasher::random(),
             user_header: None,
             peer: Arc::new(|ext| ext.get::<SocketAddr>().map(|a| a.ip())),
+            jwt: None,
         }
     }
 }
