@@ -35,6 +35,7 @@
 pub mod admin;
 pub mod body;
 pub mod body_reads;
+pub mod conn_pool;
 pub mod decision_api;
 pub mod error;
 pub mod forward_auth;

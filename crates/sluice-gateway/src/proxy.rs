@@ -1,24 +1,20 @@
 //! Forwarding admitted requests to the upstream: pooled connections, streamed bodies.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri};
 use http_body_util::Either;
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 use sluice_config::ForwardedHeader;
 use sluice_http::identity::Client;
 
 use crate::body::ReplayBody;
+use crate::conn_pool::ConnPool;
 use crate::error::GatewayError;
 use crate::respond::{self, Body};
-
-type Pooled = HyperClient<HttpConnector, ReplayBody>;
 
 /// A pooled HTTP/1.1 client for one upstream.
 ///
@@ -37,20 +33,11 @@ pub struct Upstream {
 
 thread_local! {
     /// This thread's pools, by upstream id (a few: an entry per upstream configuration loaded).
-    static POOLS: std::cell::RefCell<Vec<(u64, Pooled)>> = const { std::cell::RefCell::new(Vec::new()) };
+    static POOLS: std::cell::RefCell<Vec<(u64, Arc<ConnPool>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Pools kept per thread; older ones (from configurations reloaded away) are dropped.
 const POOLS_PER_THREAD: usize = 4;
-
-fn new_pool() -> Pooled {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    HyperClient::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        .build(connector)
-}
 
 impl Upstream {
     /// A client for `url` (`http://host:port`), waiting at most `timeout` for response headers.
@@ -64,7 +51,7 @@ impl Upstream {
     }
 
     /// This thread's pool for this upstream.
-    fn pool(&self) -> Pooled {
+    fn pool(&self) -> Arc<ConnPool> {
         POOLS.with(|pools| {
             let mut pools = pools.borrow_mut();
             if let Some((_, p)) = pools.iter().find(|(id, _)| *id == self.id) {
@@ -73,7 +60,7 @@ impl Upstream {
             if pools.len() >= POOLS_PER_THREAD {
                 pools.remove(0);
             }
-            let p = new_pool();
+            let p = Arc::new(ConnPool::new(self.authority.to_string()));
             pools.push((self.id, p.clone()));
             p
         })
@@ -83,12 +70,17 @@ impl Upstream {
     /// 502/504 JSON answer when the upstream is down or slow.
     pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
+        // Origin form (`/path?query`): the connection is the upstream's already.
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = Uri::builder().scheme("http").authority(self.authority.clone()).path_and_query(path).build();
-        let Ok(uri) = uri else {
+        let Ok(uri) = Uri::builder().path_and_query(path).build() else {
             return respond::error(400, "bad_request", "The request target cannot be forwarded.");
         };
         parts.uri = uri;
+        if !parts.headers.contains_key(header::HOST)
+            && let Ok(host) = HeaderValue::from_str(self.authority.as_str())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
         // A body of unknown length goes on chunked, whatever the method: hyper's client would
@@ -100,13 +92,13 @@ impl Upstream {
         }
         forwarding.apply(&mut parts.headers, client);
         let req = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.pool().request(req)).await {
+        match tokio::time::timeout(self.timeout, self.pool().send(req)).await {
             Ok(Ok(res)) => {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
                 parts.version = http::Version::HTTP_11;
                 strip_hop_by_hop(&mut parts.headers);
-                Response::from_parts(parts, Either::<_, Incoming>::Right(body))
+                Response::from_parts(parts, Either::Right(body))
             }
             Ok(Err(_)) => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
             Err(_) => respond::error(504, "gateway_timeout", "The upstream service did not answer in time."),

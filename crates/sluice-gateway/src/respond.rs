@@ -3,12 +3,13 @@
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 use serde::Serialize;
 use sluice_http::response::Answer;
 
+use crate::conn_pool::PooledBody;
+
 /// The body of every response the server sends: its own bytes, or the upstream's stream.
-pub type Body = Either<Full<Bytes>, Incoming>;
+pub type Body = Either<Full<Bytes>, PooledBody>;
 
 /// Bytes as a [`Body`].
 pub fn full(bytes: Bytes) -> Body {
