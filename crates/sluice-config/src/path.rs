@@ -60,9 +60,11 @@ pub fn normalize_path(path: &str) -> Cow<'_, str> {
 /// assert_eq!(request_path("/api%252Fpassword-reset"), Err(PathRefusal::DoubleEncoded));
 /// ```
 pub fn request_path(path: &str) -> Result<Cow<'_, str>, PathRefusal> {
-    let plain = path.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_~/".contains(&b))
+    // Already normal (the common case, `/api/v1/items.json`): borrowed, nothing allocated.
+    let plain = path.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_~./".contains(&b))
         && !path.contains("//")
-        && (path.len() <= 1 || !path.ends_with('/'));
+        && (path.len() <= 1 || !path.ends_with('/'))
+        && path.split('/').all(|seg| seg != "." && seg != "..");
     if plain && path.starts_with('/') {
         return Ok(Cow::Borrowed(path));
     }
