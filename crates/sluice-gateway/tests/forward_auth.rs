@@ -14,7 +14,7 @@ use sluice_core::{NANOS_PER_SEC, Nanos};
 use sluice_gateway::error::GatewayError;
 use sluice_gateway::forward_auth;
 use sluice_gateway::gateway::Gateway;
-use sluice_gateway::observe::{Scrape, json_lines};
+use sluice_gateway::observe::Scrape;
 use sluice_gateway::stores::StoreBuilder;
 use sluice_store::{Check, NamedPolicy, Store, StoreError, StoreFuture};
 
@@ -444,27 +444,4 @@ async fn a_reload_turns_forward_auth_on_and_off() {
     assert_eq!(ask(&c, "GET", "/api/items", &[]).await.status, 404);
     let r = c.get("/auth/ask", &[("x-forwarded-method", "GET"), ("x-forwarded-uri", "/api/items")]).await;
     assert_eq!((r.status, remaining(&r)), (200, 1), "the policy kept its state across reloads");
-}
-
-#[test]
-fn loading_a_configuration_warns_of_routes_forward_auth_cannot_decide() {
-    // The gateway's log format, written to a file of this test's own.
-    let path = std::env::temp_dir().join(format!("sluice-forward-auth-warn-{}.log", std::process::id()));
-    let file = std::fs::File::create(&path).unwrap();
-    let subscriber = json_lines(move || file.try_clone().unwrap(), "warn".parse().unwrap());
-    let clock = Arc::new(sluice_core::ManualClock::new(T0));
-    tracing::subscriber::with_default(subscriber, || {
-        let stores = Box::new(sluice_gateway::stores::MemoryStores::new(clock.clone()));
-        let gateway = Gateway::new(config(CONFIG), stores).unwrap();
-        let quiet = CONFIG.replace(r#"key = "json:/email""#, r#"key = "header:x-email""#);
-        gateway.reload(config(&quiet)).unwrap();
-    });
-    let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let warnings: Vec<_> = lines.iter().filter(|l| l["event"] == "forward_auth_undecidable").collect();
-    assert_eq!(warnings.len(), 1, "once for the first load, not for the reload without it: {text}");
-    assert_eq!(warnings[0]["level"], "WARN");
-    assert_eq!(warnings[0]["target"], "sluice::event");
-    assert!(warnings[0]["message"].as_str().unwrap().contains("reset"), "{text}");
 }
