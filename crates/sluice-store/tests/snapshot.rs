@@ -14,8 +14,8 @@ use sluice_core::{
 };
 use sluice_store::conformance::Reference;
 use sluice_store::{
-    Check, FoldSize, KeyHash, KeyHasher, MemoryOptions, MemoryStore, Moment, NamedPolicy, Restored, SnapshotError,
-    Store, WhenFull,
+    CONTINUE_WITHIN, Check, FoldSize, KeyHash, KeyHasher, MemoryOptions, MemoryStore, Moment, NamedPolicy, Restored,
+    SnapshotError, Store, WhenFull,
 };
 
 const S: Nanos = NANOS_PER_SEC;
@@ -359,20 +359,29 @@ fn a_write_is_atomic_and_private() {
 
 #[test]
 fn a_window_restored_on_another_grid_counts_until_the_grid_says_so() {
-    // Clocks that disagree by a nanosecond put the written window off the new grid: it counts
-    // until the later boundary (a whole window more), never until an earlier one.
+    // Clocks more than a second apart are two clocks: the written window, moved, is off the new
+    // grid, and counts until the later boundary (a whole window more), never an earlier one.
+    // Within a second the store continues the writer's clock, and the window ends on time.
     let fixed = || vec![algorithms()[0].clone()];
-    for (offset, until) in [(1i64, T0 + 16 * S), (-1, T0 + 8 * S), (0, T0 + 8 * S)] {
+    let beyond = CONTINUE_WITHIN as i64 + 1;
+    // When the writer's clock reads `until` (scanned in tenths of a second), the key is admitted
+    // again: the exact end is T0 + 8 s, moved states end later (T0 + 16 s on the new clock, or the
+    // same boundary a second later by the writer's clock), continued ones on time.
+    let cases = [(beyond, T0 + 15 * S), (-beyond, T0 + 91 * S / 10), (SI / 2, T0 + 8 * S), (-SI / 2, T0 + 8 * S)];
+    for (offset, until) in cases {
         let dir = Scratch::new("grid");
         let store = MemoryStore::new(fixed(), MemoryOptions::default(), Arc::new(ManualClock::new(T0)));
         while store.decide_at(&req(0, 0, 1), T0).unwrap().allowed {}
         store.write_snapshot_at(&dir.file(), &secret(), written_at(T0 + S)).unwrap();
         let now = T0 + 3 * S;
         let clock = now.checked_add_signed(offset).unwrap();
-        let (store, ..) = restart(fixed(), MemoryOptions::default(), &dir.file(), clock, 2 * SI);
-        let first = (0..200).map(|i| now + i * S / 10).find(|&t| store.decide_at(&req(0, 0, 1), t).unwrap().allowed);
-        let exact_end = T0.checked_add_signed(8 * SI + offset).unwrap();
-        assert!(first.unwrap() >= exact_end, "offset {offset}: admitted before the written window ended");
+        let (store, restored, _) = restart(fixed(), MemoryOptions::default(), &dir.file(), clock, 2 * SI);
+        let continued = loaded(&restored).clock_offset;
+        assert_eq!(continued, if offset.unsigned_abs() <= CONTINUE_WITHIN { offset } else { 0 });
+        // Times of the writer's clock, as the store reads them.
+        let first = (0..200).map(|i| now + i * S / 10).find(|&t| {
+            store.decide_at(&req(0, 0, 1), t.checked_add_signed(offset - continued).unwrap()).unwrap().allowed
+        });
         assert_eq!(first, Some(until), "offset {offset}");
     }
 }
@@ -412,11 +421,12 @@ fn restart_replay(
     old.write_snapshot_at(&dir.file(), &secret(), written_at(t)).unwrap();
     let mut now = t + passed + shift;
     let (store, restored, _) = restart(vec![policy.clone()], options, &dir.file(), now, passed as i64);
-    prop_assert!(matches!(restored, Restored::Loaded(_)), "{:?}", restored);
+    let Restored::Loaded(loaded) = restored else { return Err(TestCaseError::fail(format!("{restored:?}"))) };
     for (i, &(k, gap, cost)) in after.iter().enumerate() {
         now += gap;
         let c = req(0, u64::from(k), cost.min(limit));
-        if store.decide_at(&c, now).unwrap().allowed {
+        // The store's clock may continue the writer's (then it reads `clock_offset` less).
+        if store.decide_at(&c, now.checked_add_signed(-loaded.clock_offset).unwrap()).unwrap().allowed {
             let want = exact.decide(&c, now - shift).unwrap();
             prop_assert!(want.allowed, "{}: request {} after the restart admitted beyond the limit", policy.name, i);
         }

@@ -25,7 +25,8 @@ use table::Table;
 pub use options::{FoldSize, MAX_FOLD_DEPTH, MemoryOptions, WhenFull};
 pub use shard::{FRESH_SCAN, LRU_SAMPLE};
 pub use snapshot::{
-    Boot, Loaded, Moment, PolicyRestore, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION, Written,
+    Boot, CONTINUE_WITHIN, Loaded, Moment, PolicyRestore, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION,
+    Written,
 };
 
 /// Counters of one policy, from [`MemoryStore::stats`].
@@ -217,7 +218,9 @@ impl MemoryStore {
     /// A store for `policies` holding the state of the snapshot at `path`, aged by the time
     /// that passed since it was written, with what became of it. A missing file, or one that is
     /// skipped (damaged, of another version or key secret, too large), gives an empty store;
-    /// policies that are new or changed start empty.
+    /// policies that are new or changed start empty. When `clock` and the writer's agree to
+    /// within [`CONTINUE_WITHIN`], the store continues the writer's clock
+    /// ([`Loaded::clock_offset`]) and states keep their exact times.
     pub fn restore(
         policies: Vec<NamedPolicy>,
         options: MemoryOptions,
@@ -238,10 +241,15 @@ impl MemoryStore {
         secret: &KeyHasher,
         now: Moment,
     ) -> (MemoryStore, Restored) {
-        let store = MemoryStore::new(policies, options, clock);
+        let mut store = MemoryStore::new(policies, options, clock);
         match snapshot::restore(&store.tables, &store.policies, path, secret, now) {
             Ok(None) => (store, Restored::Missing),
-            Ok(Some(loaded)) => (store, Restored::Loaded(loaded)),
+            Ok(Some(loaded)) => {
+                if loaded.clock_offset != 0 {
+                    store.clock = Arc::new(Offset { inner: store.clock, behind: loaded.clock_offset });
+                }
+                (store, Restored::Loaded(loaded))
+            }
             Err(e) => {
                 // What was read before the fault goes with the staging store.
                 let MemoryStore { policies, options, clock, tables } = store;
@@ -249,6 +257,30 @@ impl MemoryStore {
                 (MemoryStore::new(policies, options, clock), Restored::Skipped(e))
             }
         }
+    }
+}
+
+/// A clock reading `behind` nanoseconds less than `inner`: a restored store continuing the clock
+/// its snapshot was written by.
+struct Offset {
+    /// The clock given.
+    inner: Arc<dyn Clock>,
+    /// How much less this one reads (more when negative).
+    behind: i64,
+}
+
+impl Clock for Offset {
+    fn now(&self) -> Nanos {
+        self.inner.now().saturating_add_signed(-self.behind)
+    }
+}
+
+impl MemoryStore {
+    /// The store's clock: what a request with no explicit time is decided at (after a restore,
+    /// it may read up to a second off the clock the store was given: see
+    /// [`Loaded::clock_offset`]).
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
     }
 }
 

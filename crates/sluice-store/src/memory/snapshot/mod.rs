@@ -16,9 +16,12 @@
 //! passed between the two moments ([`Moment::elapsed_since`]: the wall clock's difference, never
 //! negative, capped by the time since boot on one boot) counts as passed: a bucket has refilled
 //! by it, a window may have ended. Never more: when the clocks disagree, a state is aged less,
-//! which is stricter. Windows are aligned to the clock's epoch, so a move is rounded up to the
-//! window (to an eighth of it for the sliding log): a window still counting at a restart may
-//! count until the end of the next one, never shorter.
+//! which is stricter. Two system clocks (each anchored to the wall clock) agree to within their
+//! drift: then the new store continues the writer's clock (offset by at most
+//! [`CONTINUE_WITHIN`]) and every state keeps its times, exactly. Clocks further apart are not
+//! one clock: every state is moved, and since windows are aligned to the clock's epoch, a move is
+//! rounded up to the window (to an eighth of it for the sliding log), so a window still counting
+//! at the restart may count until the end of the next one, never shorter.
 //!
 //! ## What is checked
 //!
@@ -79,6 +82,12 @@ pub const SNAPSHOT_VERSION: u32 = 1;
 
 /// The first bytes of every snapshot.
 const MAGIC: [u8; 8] = *b"sluiceSN";
+
+/// Clocks that place the writer's "now" within this of each other are taken for one clock
+/// continued (nanoseconds): two system clocks, each anchored to the wall clock, disagree by their
+/// drift, far less. Moving states by such a sliver would put every window still counting off the
+/// grid, and rounding up would keep it counting a whole window longer.
+pub const CONTINUE_WITHIN: u64 = 1_000_000_000;
 
 /// The most policies a snapshot may list.
 const MAX_POLICIES: u32 = 1 << 16;
@@ -154,6 +163,10 @@ pub enum Restored {
 pub struct Loaded {
     /// How much every state was aged: the time that surely passed since the write.
     pub elapsed: Nanos,
+    /// How far behind the clock it was given the store's clock now reads (ahead when negative):
+    /// the writer's clock continued, when the two agreed to within [`CONTINUE_WITHIN`]; 0 when
+    /// the states were moved into the given clock instead.
+    pub clock_offset: i64,
     /// Per policy of the store, in order.
     pub policies: Vec<PolicyRestore>,
     /// Policies of the snapshot that no policy of the store matches (renamed, changed or
@@ -324,7 +337,17 @@ pub(crate) fn restore(
     };
     let written = Moment { clock, wall, boot };
     let elapsed = moment.elapsed_since(&written);
+    // Where the writer's clock would read now, as this clock reads it: `shift` later. Clocks
+    // that agree to within `CONTINUE_WITHIN` (two system clocks, each following the wall clock)
+    // are taken as one: the store continues the writer's clock and states keep their times,
+    // exactly; others are moved (rounded to their grid).
     let shift = i128::from(moment.clock) - i128::from(written.clock) - i128::from(elapsed);
+    let (shift, clock_offset, now) = match i64::try_from(shift) {
+        Ok(offset) if offset.unsigned_abs() <= CONTINUE_WITHIN => {
+            (0, offset, moment.clock.saturating_add_signed(-offset))
+        }
+        _ => (shift, 0, moment.clock),
+    };
 
     let count = src.u32()?;
     if count > MAX_POLICIES {
@@ -356,13 +379,13 @@ pub(crate) fn restore(
             }
         };
         let mut policy = PolicyRestore { name: header.name.clone(), restored: true, keys: 0, cells: 0, dropped: 0 };
-        restore_policy(&mut src, &header, table.map(|(t, _)| t), &written, shift, moment.clock, &mut policy)?;
+        restore_policy(&mut src, &header, table.map(|(t, _)| t), &written, shift, now, &mut policy)?;
         if let Some((_, i)) = table {
             report[i] = policy;
         }
     }
     src.finish()?;
-    Ok(Some(Loaded { elapsed, policies: report, left_out }))
+    Ok(Some(Loaded { elapsed, clock_offset, policies: report, left_out }))
 }
 
 /// Reads one policy's shards; puts their state into `table` when the store has the policy.
