@@ -386,6 +386,37 @@ fn a_window_restored_on_another_grid_counts_until_the_grid_says_so() {
     }
 }
 
+#[test]
+fn a_million_keys_go_through_a_snapshot_at_their_bound() {
+    // The default bound of one policy, full of spent buckets: the file holds 24 bytes a key
+    // (its hash and the bucket's time), and reading it back restores every key.
+    let policies = vec![NamedPolicy { name: "token".into(), policy: TokenBucket::new(4, 0.001).unwrap().into() }];
+    let store = MemoryStore::new(policies.clone(), MemoryOptions::default(), Arc::new(ManualClock::new(T0)));
+    let keys = 1_000_000u64;
+    for n in 0..keys {
+        store.decide_one_at(&req(0, n, 4)[0], T0).unwrap();
+    }
+    let dir = Scratch::new("million");
+    let started = std::time::Instant::now();
+    let written = store.write_snapshot_at(&dir.file(), &secret(), written_at(T0)).unwrap();
+    let wrote = started.elapsed();
+    assert_eq!(written.keys, keys);
+    assert!(written.bytes <= keys * 24 + 10_000, "{} bytes", written.bytes);
+    drop(store);
+    let started = std::time::Instant::now();
+    let (store, restored, _) = restart(policies, MemoryOptions::default(), &dir.file(), T0 + S, SI);
+    let read = started.elapsed();
+    assert_eq!(loaded(&restored).policies[0].keys, keys);
+    assert_eq!(store.stats()[0].keys as u64, keys);
+    assert!(!store.decide_now(&req(0, keys - 1, 1)).unwrap().allowed);
+    println!(
+        "{keys} keys: {:.1} MB written in {:.0} ms, read back in {:.0} ms",
+        written.bytes as f64 / 1e6,
+        wrote.as_secs_f64() * 1e3,
+        read.as_secs_f64() * 1e3
+    );
+}
+
 /// Random traffic through a small folding store in the writer's clock, a snapshot, then random
 /// traffic through the restored store, whose clock reads `shift` more than the writer's did at
 /// the same instant, `passed` after the write. An exact store that never restarted sees the same
