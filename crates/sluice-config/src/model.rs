@@ -508,6 +508,8 @@ pub enum StoreConfig {
         /// recently used into the policy's summary (with its `fold_width` and `fold_depth`),
         /// refuse, or forget it.
         when_full: WhenFull,
+        /// Where the state is written and read back across restarts (`snapshot`), if anywhere.
+        snapshot: Option<Snapshot>,
     },
     /// Redis or Redis Cluster.
     Redis {
@@ -522,6 +524,17 @@ pub enum StoreConfig {
         /// Prefix of every stored key.
         key_prefix: String,
     },
+}
+
+/// `[store] snapshot`: the memory store's state in a file, written on shutdown and every
+/// `interval`, read at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The file (relative paths are relative to the configuration file's directory).
+    pub path: std::path::PathBuf,
+    /// How often it is written while serving (`snapshot_interval`, default 10 s): a crash loses
+    /// at most this much of the state's changes.
+    pub interval: Nanos,
 }
 
 /// The failure mode of a shared store.

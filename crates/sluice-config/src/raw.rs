@@ -114,6 +114,8 @@ pub(crate) struct RawStore {
     pub fold_width: Option<usize>,
     pub fold_depth: Option<usize>,
     pub shards: Option<usize>,
+    pub snapshot: Option<String>,
+    pub snapshot_interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -6,8 +6,8 @@ use std::ops::Range;
 
 use ipnet::IpNet;
 use sluice_core::{
-    ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Nanos, Policy, SlidingLog, SlidingWindow,
-    TokenBucket,
+    ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, NANOS_PER_MILLI, Nanos, Policy, SlidingLog,
+    SlidingWindow, TokenBucket,
 };
 use sluice_store::{FoldSize, MAX_FOLD_DEPTH, WhenFull};
 
@@ -62,6 +62,16 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
             "a Redis store is shared by every instance that uses it: set server.key_secret (or key_secret_file, or \
              key_secret_env naming a variable) to the same long random secret on each, or they hash one client to \
              different keys and each instance grants the full limit",
+        ));
+    }
+    if matches!(store, StoreConfig::Memory { snapshot: Some(_), .. }) && server.key_secret.is_none() {
+        let span = store_span.unwrap_or(0..0);
+        return Err(src.error(
+            Some(src.field_line(&span, "snapshot")),
+            "server.key_secret",
+            "a snapshot is read by the next process, which must hash every client to the same key: set \
+             server.key_secret (or key_secret_file, or key_secret_env naming a variable) to a long random secret \
+             kept across restarts; without one each process draws its own and the snapshot fits no key",
         ));
     }
     let decision_api = decision_api(src, raw.decision_api, decision_api_switch)?;
@@ -609,7 +619,12 @@ fn plan_source(text: &str, server: &Server) -> Result<KeySource, String> {
 
 fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<StoreConfig, ConfigError> {
     let Some(raw) = raw else {
-        return Ok(StoreConfig::Memory { max_keys: 1_000_000, shards: 64, when_full: WhenFull::default() });
+        return Ok(StoreConfig::Memory {
+            max_keys: 1_000_000,
+            shards: 64,
+            when_full: WhenFull::default(),
+            snapshot: None,
+        });
     };
     let span = raw.span();
     let s = raw.into_inner();
@@ -627,6 +642,7 @@ fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<Store
                     return Err(err(field, "applies only to kind = \"redis\"".into()));
                 }
             }
+            let snapshot = snapshot(src, &s).map_err(|(field, msg)| err(field, msg))?;
             let max_keys = s.max_keys.unwrap_or(1_000_000);
             if max_keys == 0 {
                 return Err(err("max_keys", "must be at least 1".into()));
@@ -636,9 +652,16 @@ fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<Store
                 return Err(err("shards", format!("{shards} is not a power of two")));
             }
             let when_full = when_full(&s).map_err(|(field, msg)| err(field, msg))?;
-            Ok(StoreConfig::Memory { max_keys, shards, when_full })
+            Ok(StoreConfig::Memory { max_keys, shards, when_full, snapshot })
         }
         "redis" => {
+            for (field, there) in
+                [("snapshot", s.snapshot.is_some()), ("snapshot_interval", s.snapshot_interval.is_some())]
+            {
+                if there {
+                    return Err(err(field, "applies only to kind = \"memory\" (Redis keeps its own state)".into()));
+                }
+            }
             let urls = match (s.url, s.urls) {
                 (Some(u), None) => vec![u],
                 (None, Some(us)) if !us.is_empty() => us,
@@ -683,6 +706,26 @@ fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<Store
         }
         other => Err(err("kind", format!("unknown store `{other}` (memory, redis)"))),
     }
+}
+
+/// `snapshot` and `snapshot_interval` of a memory store, or the field at fault and why.
+fn snapshot(src: &Source<'_>, s: &RawStore) -> Result<Option<Snapshot>, (&'static str, String)> {
+    let Some(path) = s.snapshot.as_deref() else {
+        if s.snapshot_interval.is_some() {
+            return Err(("snapshot_interval", "needs `snapshot`, the file to write".into()));
+        }
+        return Ok(None);
+    };
+    if path.is_empty() || path.ends_with('/') {
+        return Err(("snapshot", format!("`{path}` names no file")));
+    }
+    let interval =
+        parse_duration(s.snapshot_interval.as_deref().unwrap_or("10s")).map_err(|m| ("snapshot_interval", m))?;
+    if interval < 100 * NANOS_PER_MILLI {
+        return Err(("snapshot_interval", "must be at least 100ms (each write is the whole state)".into()));
+    }
+    let dir = std::path::Path::new(src.file).parent().unwrap_or(std::path::Path::new(""));
+    Ok(Some(Snapshot { path: dir.join(path), interval }))
 }
 
 /// `when_full`, `fold_width` and `fold_depth` of a memory store, or the field at fault and why.

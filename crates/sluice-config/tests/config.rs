@@ -44,7 +44,10 @@ fn the_documented_example_parses_into_the_expected_model() {
     assert!(prefix.matches("GET", "/api/anything/else"));
     assert!(prefix.matches("GET", "/api"));
     assert!(!prefix.matches("GET", "/apix"));
-    assert_eq!(cfg.store, StoreConfig::Memory { max_keys: 1_000_000, shards: 64, when_full: WhenFull::default() });
+    assert_eq!(
+        cfg.store,
+        StoreConfig::Memory { max_keys: 1_000_000, shards: 64, when_full: WhenFull::default(), snapshot: None }
+    );
 }
 
 fn error_of(text: &str) -> String {

@@ -1,15 +1,18 @@
 //! The store a configuration asks for (`[store]`), built again on every reload so that
-//! policies that did not change keep their state.
+//! policies that did not change keep their state; and, for a memory store with
+//! `snapshot`, the state read back at start and written by [`Snapshots`].
 
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use sluice_config::{Config, OnError, StoreConfig};
-use sluice_core::{Clock, SystemClock};
+use sluice_config::{Config, OnError, Snapshot, StoreConfig};
+use sluice_core::{Clock, SystemClock, ceil_millis};
 use sluice_redis::{RedisOptions, RedisStore};
-use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store};
+use sluice_store::{KeyHasher, MemoryOptions, MemoryStore, NamedPolicy, Restored, SnapshotError, Store, Written};
 
 use crate::error::GatewayError;
+use crate::observe::EVENT_TARGET as TARGET;
 
 /// Builds the store of a configuration; on reload it is given the store in use.
 pub trait StoreBuilder: Send + Sync + 'static {
@@ -17,12 +20,27 @@ pub trait StoreBuilder: Send + Sync + 'static {
     fn build(&self, config: &Config, previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, GatewayError>;
 }
 
-/// The builder for `config.store`: memory (reading the system clock) or Redis.
+/// The builder for `config.store`: memory (reading the system clock) or Redis. It neither reads
+/// nor writes a `snapshot`: [`with_snapshots`] does, for the one process that owns the file.
 pub fn for_config(config: &Config) -> Box<dyn StoreBuilder> {
     match &config.store {
         StoreConfig::Memory { .. } => Box::new(MemoryStores::new(Arc::new(SystemClock::new()))),
         StoreConfig::Redis { .. } => Box::new(RedisStores),
     }
+}
+
+/// [`for_config`], and for a memory store with `snapshot`: a builder that reads the snapshot
+/// when it first builds, and the [`Snapshots`] that write it.
+pub fn with_snapshots(config: &Config) -> (Box<dyn StoreBuilder>, Option<Snapshots>) {
+    let (StoreConfig::Memory { snapshot: Some(snapshot), .. }, Some(secret)) =
+        (&config.store, &config.server.key_secret)
+    else {
+        return (for_config(config), None);
+    };
+    let stores = MemoryStores::new(Arc::new(SystemClock::new()))
+        .with_snapshot(snapshot.clone(), KeyHasher::from_secret(secret.expose().as_bytes()));
+    let snapshots = stores.snapshots();
+    (Box::new(stores), snapshots)
 }
 
 /// The policies of a configuration as a store takes them.
@@ -33,42 +51,239 @@ pub fn named_policies(config: &Config) -> Vec<NamedPolicy> {
 /// The memory store's options from `[store]` (defaults when the store is not `memory`).
 pub fn memory_options(config: &StoreConfig) -> MemoryOptions {
     match config {
-        StoreConfig::Memory { max_keys, shards, when_full } => {
+        StoreConfig::Memory { max_keys, shards, when_full, .. } => {
             MemoryOptions { max_keys: *max_keys, shards: *shards, when_full: *when_full }
         }
         StoreConfig::Redis { .. } => MemoryOptions::default(),
     }
 }
 
+/// The store a builder built last, shared with what writes its snapshot.
+type Current = Arc<Mutex<Option<Arc<MemoryStore>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere mid-build or mid-write; what it guards is whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Builds in-memory stores: on reload, policies equal to the old ones keep their tables (and
-/// so their state).
+/// so their state). With a snapshot, the first store starts from it.
 pub struct MemoryStores {
     /// The clock every store it builds reads (a manual one in tests).
     clock: Arc<dyn Clock>,
     /// The store last built, whose tables a reload takes over.
-    current: Mutex<Option<Arc<MemoryStore>>>,
+    current: Current,
+    /// The snapshot read at the first build, and the secret that seals it.
+    snapshot: Option<(Snapshot, KeyHasher)>,
 }
 
 impl MemoryStores {
     /// A builder whose stores read `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { clock, current: Mutex::new(None) }
+        Self { clock, current: Arc::new(Mutex::new(None)), snapshot: None }
+    }
+
+    /// The same builder, whose first store starts from `snapshot` (sealed with `secret`).
+    pub fn with_snapshot(self, snapshot: Snapshot, secret: KeyHasher) -> Self {
+        Self { snapshot: Some((snapshot, secret)), ..self }
+    }
+
+    /// What writes the snapshot of the stores this builder builds; `None` without a snapshot.
+    pub fn snapshots(&self) -> Option<Snapshots> {
+        let (snapshot, secret) = self.snapshot.clone()?;
+        Some(Snapshots { current: self.current.clone(), snapshot, secret, writes: Arc::new(Mutex::new(Writes::Open)) })
+    }
+
+    /// The first store: from the snapshot when there is one (what became of it is logged).
+    fn first(&self, policies: Vec<NamedPolicy>, options: MemoryOptions) -> MemoryStore {
+        let Some((snapshot, secret)) = &self.snapshot else {
+            return MemoryStore::new(policies, options, self.clock.clone());
+        };
+        let (store, restored) = MemoryStore::restore(policies, options, self.clock.clone(), &snapshot.path, secret);
+        log_restored(&snapshot.path, &restored);
+        store
     }
 }
 
 impl StoreBuilder for MemoryStores {
     fn build(&self, config: &Config, _previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, GatewayError> {
-        // A poisoned lock only means a panic elsewhere mid-build; the store it guards is whole.
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let asked = match &config.store {
+            StoreConfig::Memory { snapshot, .. } => snapshot.as_ref(),
+            StoreConfig::Redis { .. } => None,
+        };
+        if asked != self.snapshot.as_ref().map(|(s, _)| s) {
+            return Err(GatewayError::NeedsRestart("store.snapshot"));
+        }
+        let mut current = lock(&self.current);
         let policies = named_policies(config);
         let options = memory_options(&config.store);
         let store = match current.as_ref() {
             // Same bounds: unchanged policies keep their tables. New bounds: a new store.
             Some(old) if *old.options() == options => Arc::new(old.rebuild(policies)),
-            _ => Arc::new(MemoryStore::new(policies, options, self.clock.clone())),
+            Some(_) => Arc::new(MemoryStore::new(policies, options, self.clock.clone())),
+            None => Arc::new(self.first(policies, options)),
         };
         *current = Some(store.clone());
         Ok(store)
+    }
+}
+
+/// Logs what reading the snapshot at `path` did: what was restored, and every reason a policy
+/// or the whole file starts empty.
+fn log_restored(path: &Path, restored: &Restored) {
+    let file = path.display().to_string();
+    match restored {
+        Restored::Missing => {
+            tracing::info!(target: TARGET, event = "snapshot_missing", file, "no snapshot at {file}: starting empty")
+        }
+        Restored::Skipped(reason) => tracing::warn!(
+            target: TARGET,
+            event = "snapshot_skipped",
+            file,
+            reason = %reason,
+            "snapshot {file} skipped ({reason}): starting empty"
+        ),
+        Restored::Loaded(loaded) => {
+            let keys: u64 = loaded.policies.iter().map(|p| p.keys).sum();
+            let elapsed_ms = ceil_millis(loaded.elapsed);
+            tracing::info!(
+                target: TARGET,
+                event = "snapshot_restored",
+                file,
+                keys,
+                elapsed_ms,
+                "restored {keys} keys from {file}, aged by {elapsed_ms} ms"
+            );
+            for p in loaded.policies.iter().filter(|p| !p.restored) {
+                tracing::warn!(
+                    target: TARGET,
+                    event = "snapshot_policy_fresh",
+                    policy = p.name.as_str(),
+                    "policy {} starts empty: the snapshot has no policy of that name and parameters (a changed \
+                     policy is a new policy)",
+                    p.name
+                );
+            }
+            for p in loaded.policies.iter().filter(|p| p.dropped > 0) {
+                tracing::warn!(
+                    target: TARGET,
+                    event = "snapshot_dropped",
+                    policy = p.name.as_str(),
+                    dropped = p.dropped,
+                    "policy {}: {} states of the snapshot did not fit the store and were dropped",
+                    p.name,
+                    p.dropped
+                );
+            }
+            if !loaded.left_out.is_empty() {
+                tracing::info!(
+                    target: TARGET,
+                    event = "snapshot_left_out",
+                    policies = loaded.left_out.join(","),
+                    "not restored (no longer configured as written): {}",
+                    loaded.left_out.join(", ")
+                );
+            }
+        }
+    }
+}
+
+/// Whether interval writes may still run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// Writing every interval.
+    Open,
+    /// The last snapshot is written: a late interval write must not replace it with an older
+    /// state.
+    Closed,
+}
+
+/// Writes the memory store's snapshot: every interval while serving, and once more after the
+/// last request is answered. Cheap to clone; one write at a time.
+#[derive(Clone)]
+pub struct Snapshots {
+    /// The store in use (the latest a reload built).
+    current: Current,
+    /// Where and how often.
+    snapshot: Snapshot,
+    /// Seals the file.
+    secret: KeyHasher,
+    /// Serialises writes, and stops interval writes once the last one is done.
+    writes: Arc<Mutex<Writes>>,
+}
+
+impl Snapshots {
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.snapshot.path
+    }
+
+    /// How often it is written while serving.
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.snapshot.interval)
+    }
+
+    /// Writes the store's state now (blocking I/O). `Ok(None)` after [`Snapshots::write_last`]
+    /// or before any store was built.
+    pub fn write(&self) -> Result<Option<Written>, SnapshotError> {
+        let writes = lock(&self.writes);
+        if *writes == Writes::Closed {
+            return Ok(None);
+        }
+        self.write_locked()
+    }
+
+    fn write_locked(&self) -> Result<Option<Written>, SnapshotError> {
+        let Some(store) = lock(&self.current).clone() else { return Ok(None) };
+        store.write_snapshot(&self.snapshot.path, &self.secret).map(Some)
+    }
+
+    /// Writes the snapshot every interval until the task is dropped, each write on a blocking
+    /// thread; a failure is logged and the next interval tries again.
+    pub async fn write_every_interval(self) {
+        let mut ticks = tokio::time::interval(self.interval());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is now: the state was just read
+        loop {
+            ticks.tick().await;
+            let writer = self.clone();
+            match tokio::task::spawn_blocking(move || writer.write()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => self.log_failure(&e),
+                Err(e) => tracing::error!(target: TARGET, event = "snapshot_failed", "snapshot write panicked: {e}"),
+            }
+        }
+    }
+
+    /// Writes the last snapshot (after the last request was answered) and stops interval
+    /// writes; logs what it wrote. Blocking I/O.
+    pub fn write_last(&self) -> Result<Option<Written>, SnapshotError> {
+        let mut writes = lock(&self.writes);
+        *writes = Writes::Closed;
+        let result = self.write_locked();
+        let file = self.snapshot.path.display().to_string();
+        match &result {
+            Ok(Some(w)) => tracing::info!(
+                target: TARGET,
+                event = "snapshot_written",
+                file,
+                keys = w.keys,
+                cells = w.cells,
+                bytes = w.bytes,
+                "snapshot {file} written: {} keys, {} summary cells, {} bytes",
+                w.keys,
+                w.cells,
+                w.bytes
+            ),
+            Ok(None) => {}
+            Err(e) => self.log_failure(e),
+        }
+        result
+    }
+
+    fn log_failure(&self, e: &SnapshotError) {
+        let file = self.snapshot.path.display().to_string();
+        tracing::warn!(target: TARGET, event = "snapshot_failed", file, error = %e, "snapshot {file} not written: {e}");
     }
 }
 

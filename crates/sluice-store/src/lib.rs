@@ -33,5 +33,9 @@ mod memory;
 mod store;
 
 pub use key::{KeyHash, KeyHasher};
-pub use memory::{FRESH_SCAN, FoldSize, LRU_SAMPLE, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore, PolicyStats, WhenFull};
+pub use memory::{
+    Boot, CONTINUE_WITHIN, FRESH_SCAN, FoldSize, LRU_SAMPLE, Loaded, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore,
+    Moment, PolicyRestore, PolicyStats, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION, WhenFull,
+    Written,
+};
 pub use store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};

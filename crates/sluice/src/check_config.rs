@@ -75,8 +75,15 @@ pub fn describe(c: &Config) -> String {
         if s.key_secret.is_some() { "set (<redacted>)" } else { "none (random per process)" }
     );
     let _ = match &c.store {
-        StoreConfig::Memory { max_keys, shards, when_full } => {
-            writeln!(out, "store: memory, {max_keys} keys per policy, {shards} shards, when full: {}", when_full.name())
+        StoreConfig::Memory { max_keys, shards, when_full, snapshot } => {
+            let snapshot = snapshot.as_ref().map_or(String::new(), |s| {
+                format!(", snapshot {} every {}", s.path.display(), sluice_config::format_duration(s.interval))
+            });
+            writeln!(
+                out,
+                "store: memory, {max_keys} keys per policy, {shards} shards, when full: {}{snapshot}",
+                when_full.name()
+            )
         }
         StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => writeln!(
             out,

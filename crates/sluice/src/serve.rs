@@ -81,7 +81,9 @@ fn bind_any(port: u16) -> anyhow::Result<Listeners> {
 async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let config = sluice_config::load(&path)?;
     let listen = config.server.listen;
-    let stores = sluice_gateway::stores::for_config(&config);
+    // A memory store with `snapshot` starts from the file and writes it every interval and
+    // once more after draining.
+    let (stores, snapshots) = sluice_gateway::stores::with_snapshots(&config);
     let gateway = Arc::new(Gateway::new(config, stores)?);
     let listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listeners.local_addr();
@@ -106,7 +108,12 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     if let Some((line, ..)) = &rls {
         println!("{line}");
     }
+    let interval_writes = snapshots.clone().map(|s| tokio::spawn(s.write_every_interval()));
     serve_per_core(listeners, gateway, stop, drain).await?;
+    if let (Some(writes), Some(snapshots)) = (interval_writes, snapshots) {
+        writes.abort();
+        let _ = tokio::task::spawn_blocking(move || snapshots.write_last()).await;
+    }
     if let Some((_, stop, task)) = admin {
         let _ = stop.send(());
         let _ = task.await;

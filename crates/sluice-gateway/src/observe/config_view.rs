@@ -133,11 +133,15 @@ fn policy_json(p: &Policy) -> Value {
 
 fn store_json(s: &StoreConfig) -> Value {
     match s {
-        StoreConfig::Memory { max_keys, shards, when_full } => json!({
+        StoreConfig::Memory { max_keys, shards, when_full, snapshot } => json!({
             "kind": "memory",
             "max_keys": max_keys,
             "shards": shards,
             "when_full": when_full.name(),
+            "snapshot": snapshot.as_ref().map(|s| json!({
+                "path": s.path.display().to_string(),
+                "interval_ms": s.interval / NANOS_PER_MILLI,
+            })),
         }),
         StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => json!({
             "kind": "redis",

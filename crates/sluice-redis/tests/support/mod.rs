@@ -58,6 +58,7 @@ fn raw(port: u16, command: &str, wait: Duration) -> Option<String> {
 
 /// One `redis-server` process.
 pub struct RedisServer {
+    /// The process, while it runs.
     child: Option<Child>,
     pub port: u16,
     dir: PathBuf,
@@ -142,6 +143,11 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// Whether `INFO replication` says it replicates a primary.
+    pub fn is_replica(&self) -> bool {
+        self.cli(&["info", "replication"]).contains("role:slave")
+    }
+
     /// Runs one command through redis-cli and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
         require("redis-cli");
@@ -161,24 +167,48 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of three primaries (no replicas), each slot range on one node.
+/// A Redis Cluster: primaries each serving a slot range, and replicas of them (none, or one each).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
+    /// Three primaries, no replicas.
     pub fn start() -> Self {
+        Self::start_nodes(3, 0, 5_000)
+    }
+
+    /// Three primaries and one replica of each, with a node timeout of one second (a primary
+    /// that stops answering is failed over within a few seconds). Returns once every replica is
+    /// in sync with its primary.
+    pub fn start_with_replicas() -> Self {
+        let cluster = Self::start_nodes(3, 1, 1_000);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let synced = |n: &RedisServer| {
+            let info = n.cli(&["info", "replication"]);
+            !info.contains("role:slave") || info.contains("master_link_status:up")
+        };
+        while !cluster.nodes.iter().all(synced) {
+            assert!(Instant::now() < deadline, "the replicas did not sync within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(cluster.nodes.iter().filter(|n| n.is_replica()).count(), 3, "three replicas");
+        cluster
+    }
+
+    fn start_nodes(primaries: usize, replicas: usize, node_timeout_ms: u64) -> Self {
         require("redis-cli");
         let mut nodes: Vec<RedisServer> = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..primaries * (1 + replicas) {
             let port = loop {
                 let p = free_port(true);
                 if nodes.iter().all(|n| n.port != p && n.port + 10_000 != p && p + 10_000 != n.port) {
                     break p;
                 }
             };
+            let timeout = node_timeout_ms.to_string();
             let extra =
-                ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"];
+                ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", &timeout];
             nodes.push(RedisServer::start_with(port, extra.iter().map(|s| s.to_string()).collect()));
         }
         let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
@@ -186,19 +216,24 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .unwrap_or_else(|e| panic!("could not run redis-cli ({e}): {INSTALL}"));
         assert!(out.status.success(), "redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
         let cluster = Self { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every live node says `cluster_state:ok`.
+    pub fn wait_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let ok = cluster.nodes.iter().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"));
-            if ok {
-                return cluster;
+            if self.live().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok")) {
+                return;
             }
             assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok within 30 s");
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -206,22 +241,65 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
-    /// The node serving `slot` (by `CLUSTER SLOTS` as the first node sees it).
-    pub fn node_of_slot(&self, slot: u16) -> &RedisServer {
-        let keyslot_port = self.nodes[0].cli(&["cluster", "slots"]);
+    /// The nodes whose process runs.
+    pub fn live(&self) -> impl Iterator<Item = &RedisServer> {
+        self.nodes.iter().filter(|n| n.child.is_some())
+    }
+
+    /// For every slot, the index of the node serving it (by `CLUSTER SLOTS` as the first live
+    /// node sees it).
+    pub fn slot_map(&self) -> Vec<usize> {
+        let asked = self.live().next().expect("a live node");
+        let slots = asked.cli(&["cluster", "slots"]);
         // redis-cli prints each range as: start, end, then ip, port, id of the primary.
-        let lines: Vec<&str> = keyslot_port.lines().collect();
-        let mut i = 0;
-        while i + 3 < lines.len() {
-            if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>())
-                && (start..=end).contains(&slot)
-                && let Ok(port) = lines[i + 3].parse::<u16>()
-                && let Some(n) = self.nodes.iter().find(|n| n.port == port)
+        let lines: Vec<&str> = slots.lines().collect();
+        let mut map = vec![usize::MAX; 16_384];
+        for w in lines.windows(4) {
+            if let (Ok(start), Ok(end), Ok(port)) = (w[0].parse::<usize>(), w[1].parse::<usize>(), w[3].parse::<u16>())
+                && start <= end
+                && end < map.len()
+                && let Some(n) = self.nodes.iter().position(|n| n.port == port)
             {
-                return n;
+                map[start..=end].fill(n);
             }
-            i += 1;
         }
-        panic!("no node serves slot {slot}: {keyslot_port}")
+        map
+    }
+
+    /// The index of the node serving `slot`.
+    pub fn index_of_slot(&self, slot: u16) -> usize {
+        let n = self.slot_map()[usize::from(slot)];
+        assert_ne!(n, usize::MAX, "no node serves slot {slot}");
+        n
+    }
+
+    /// The node serving `slot`.
+    pub fn node_of_slot(&self, slot: u16) -> &RedisServer {
+        &self.nodes[self.index_of_slot(slot)]
+    }
+
+    /// The index of the replica of the primary at `primary`.
+    pub fn replica_of(&self, primary: usize) -> usize {
+        let port = format!("master_port:{}", self.nodes[primary].port);
+        self.nodes
+            .iter()
+            .position(|n| n.child.is_some() && n.is_replica() && n.cli(&["info", "replication"]).contains(&port))
+            .unwrap_or_else(|| panic!("no replica of the node on port {}", self.nodes[primary].port))
+    }
+
+    /// Waits until `slot` is served by a node other than the one on `port`, every live node
+    /// agreeing and the cluster ok; returns that node's index.
+    pub fn wait_moved(&self, slot: u16, port: u16, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let now = self.index_of_slot(slot);
+            if self.nodes[now].port != port
+                && self.live().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"))
+            {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "slot {slot} still on port {port} after {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }

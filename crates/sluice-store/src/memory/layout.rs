@@ -7,6 +7,7 @@ use sluice_core::{
 };
 
 use super::slot::{PackedSlot, PlainSlot, Slot};
+use super::snapshot::cells::Persist;
 use super::storage::{Dense, Inline, Storage};
 use super::summary::{BucketCell, CounterCell, LogCell, Summary, WindowCell};
 
@@ -19,8 +20,9 @@ pub(crate) trait Stored: Algorithm + Copy + Send + 'static {
     /// How a shard holds its slots.
     type Storage: Storage<Self::Slot>;
 
-    /// A cell of the summary evicted keys are folded into.
-    type Cell: Summary<Self>;
+    /// A cell of the summary evicted keys are folded into (and of the snapshot keys are written
+    /// to).
+    type Cell: Summary<Self> + Persist<Self>;
 
     /// The state as the core's enum.
     fn wrap(state: Self::State) -> State;

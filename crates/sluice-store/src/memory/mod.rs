@@ -6,21 +6,28 @@ mod options;
 mod request;
 mod shard;
 mod slot;
+mod snapshot;
 mod storage;
 mod summary;
 mod table;
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use sluice_core::{Clock, Decision, Nanos};
 
+use crate::key::KeyHasher;
 use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
 use table::Table;
 
 pub use options::{FoldSize, MAX_FOLD_DEPTH, MemoryOptions, WhenFull};
 pub use shard::{FRESH_SCAN, LRU_SAMPLE};
+pub use snapshot::{
+    Boot, CONTINUE_WITHIN, Loaded, Moment, PolicyRestore, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION,
+    Written,
+};
 
 /// Counters of one policy, from [`MemoryStore::stats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +174,113 @@ impl MemoryStore {
     /// The options the store was built with.
     pub fn options(&self) -> &MemoryOptions {
         &self.options
+    }
+
+    /// Writes the store's state to `path`, atomically, checksummed with a key derived from
+    /// `secret` (see the module `snapshot` for what is written and why it is never looser):
+    /// shard by shard, each locked only while it is encoded. Blocking I/O.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sluice_core::{FixedWindow, ManualClock, Policy, NANOS_PER_SEC as S};
+    /// use sluice_store::{Check, KeyHasher, MemoryOptions, MemoryStore, Moment, NamedPolicy, Restored};
+    ///
+    /// let policies = vec![NamedPolicy { name: "login".into(), policy: Policy::from(FixedWindow::new(1, 60 * S).unwrap()) }];
+    /// let secret = KeyHasher::from_secret(b"a long random secret shared by restarts");
+    /// let path = std::env::temp_dir().join(format!("sluice-doc-snapshot-{}", std::process::id()));
+    /// let old_clock = Arc::new(ManualClock::new(1_000 * S));
+    /// let old = MemoryStore::new(policies.clone(), MemoryOptions::default(), old_clock.clone());
+    /// let alice = [Check { policy: 0, key: secret.hash(&[b"alice"]), cost: 1 }];
+    /// assert!(old.decide_now(&alice).unwrap().allowed);
+    /// old.write_snapshot_at(&path, &secret, Moment { clock: 1_000 * S, wall: 5_000 * S, boot: None }).unwrap();
+    ///
+    /// // A new process, ten seconds later by the wall clock (its own clock reads 1,010 s).
+    /// let clock = Arc::new(ManualClock::new(1_010 * S));
+    /// let now = Moment { clock: 1_010 * S, wall: 5_010 * S, boot: None };
+    /// let (store, restored) = MemoryStore::restore_at(policies, MemoryOptions::default(), clock, &path, &secret, now);
+    /// let Restored::Loaded(loaded) = restored else { panic!("{restored:?}") };
+    /// assert_eq!((loaded.elapsed, loaded.policies[0].keys), (10 * S, 1));
+    /// let denied = store.decide_now(&alice).unwrap();
+    /// assert!(!denied.allowed); // still spent until its window ends, at 1,020 s
+    /// assert_eq!(denied.decisions[0].retry_after, 10 * S);
+    /// # std::fs::remove_file(&path).unwrap();
+    /// ```
+    pub fn write_snapshot(&self, path: &Path, secret: &KeyHasher) -> Result<Written, SnapshotError> {
+        self.write_snapshot_at(path, secret, Moment::now(&*self.clock))
+    }
+
+    /// [`Self::write_snapshot`] recording `moment` as the time of writing (tests; `moment.clock`
+    /// must be no later than the store's clock).
+    pub fn write_snapshot_at(&self, path: &Path, secret: &KeyHasher, moment: Moment) -> Result<Written, SnapshotError> {
+        snapshot::write(&self.tables, &self.policies, &*self.clock, path, secret, moment)
+    }
+
+    /// A store for `policies` holding the state of the snapshot at `path`, aged by the time
+    /// that passed since it was written, with what became of it. A missing file, or one that is
+    /// skipped (damaged, of another version or key secret, too large), gives an empty store;
+    /// policies that are new or changed start empty. When `clock` and the writer's agree to
+    /// within [`CONTINUE_WITHIN`], the store continues the writer's clock
+    /// ([`Loaded::clock_offset`]) and states keep their exact times.
+    pub fn restore(
+        policies: Vec<NamedPolicy>,
+        options: MemoryOptions,
+        clock: Arc<dyn Clock>,
+        path: &Path,
+        secret: &KeyHasher,
+    ) -> (MemoryStore, Restored) {
+        let now = Moment::now(&*clock);
+        Self::restore_at(policies, options, clock, path, secret, now)
+    }
+
+    /// [`Self::restore`] at `now` (tests; `now.clock` is the time states are rebuilt at).
+    pub fn restore_at(
+        policies: Vec<NamedPolicy>,
+        options: MemoryOptions,
+        clock: Arc<dyn Clock>,
+        path: &Path,
+        secret: &KeyHasher,
+        now: Moment,
+    ) -> (MemoryStore, Restored) {
+        let mut store = MemoryStore::new(policies, options, clock);
+        match snapshot::restore(&store.tables, &store.policies, path, secret, now) {
+            Ok(None) => (store, Restored::Missing),
+            Ok(Some(loaded)) => {
+                if loaded.clock_offset != 0 {
+                    store.clock = Arc::new(Offset { inner: store.clock, behind: loaded.clock_offset });
+                }
+                (store, Restored::Loaded(loaded))
+            }
+            Err(e) => {
+                // What was read before the fault goes with the staging store.
+                let MemoryStore { policies, options, clock, tables } = store;
+                drop(tables);
+                (MemoryStore::new(policies, options, clock), Restored::Skipped(e))
+            }
+        }
+    }
+}
+
+/// A clock reading `behind` nanoseconds less than `inner`: a restored store continuing the clock
+/// its snapshot was written by.
+struct Offset {
+    /// The clock given.
+    inner: Arc<dyn Clock>,
+    /// How much less this one reads (more when negative).
+    behind: i64,
+}
+
+impl Clock for Offset {
+    fn now(&self) -> Nanos {
+        self.inner.now().saturating_add_signed(-self.behind)
+    }
+}
+
+impl MemoryStore {
+    /// The store's clock: what a request with no explicit time is decided at (after a restore,
+    /// it may read up to a second off the clock the store was given: see
+    /// [`Loaded::clock_offset`]).
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
     }
 }
 

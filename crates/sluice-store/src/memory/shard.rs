@@ -23,6 +23,7 @@ use super::counters::Counters;
 use super::layout::Stored;
 use super::options::{MemoryOptions, WhenFull};
 use super::slot::Slot;
+use super::snapshot::cells::{Frame, Persist};
 use super::storage::Storage;
 use super::summary::{Sketch, Summary};
 use crate::key::KeyHash;
@@ -79,6 +80,57 @@ pub(crate) trait ShardOps: Send {
     /// An estimate of the heap bytes held: slots, index and summary (not a sliding log's
     /// queues).
     fn bytes(&self) -> usize;
+
+    /// Bytes of one snapshot cell of this shard's algorithm.
+    fn cell_bytes(&self) -> usize;
+
+    /// The summary's size, (log2 of cells per row, rows), under [`WhenFull::Fold`].
+    fn fold_layout(&self) -> Option<(u32, usize)>;
+
+    /// Appends this shard's snapshot block as of `now` (see [`super::snapshot`]): its entries
+    /// that are not fresh, least recently used first, and its summary's live cells.
+    fn export(&self, now: Nanos, out: &mut Vec<u8>) -> Exported;
+
+    /// Puts back an entry read from a snapshot: its cell moved into this process's clock and
+    /// rebuilt, stored unless fresh, making room as a new key would. `Err` names what no writer
+    /// writes.
+    fn import_entry(&mut self, key: &KeyHash, cell: &[u8], frame: &Frame) -> Result<Imported, &'static str>;
+
+    /// Joins a summary cell read from a snapshot into this shard's cell `index` (the summary
+    /// has the layout the snapshot's had); `since` is the old summary's latest fold. False when
+    /// this shard keeps no summary.
+    fn import_cell(&mut self, index: usize, cell: &[u8], since: Nanos, frame: &Frame) -> Result<bool, &'static str>;
+
+    /// Joins a summary cell read from a snapshot, moved, into `acc` (an encoded cell, empty at
+    /// first): the bound of cells whose keys cannot be placed.
+    fn join_cell(&self, acc: &mut Vec<u8>, cell: &[u8], frame: &Frame) -> Result<(), &'static str>;
+
+    /// Joins `cell` (from [`ShardOps::join_cell`]) into every cell of the summary, allocating
+    /// it; `since` as in [`ShardOps::import_cell`]. False when this shard keeps no summary.
+    fn import_everywhere(&mut self, cell: &[u8], since: Nanos, frame: &Frame) -> bool;
+}
+
+/// What [`ShardOps::export`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Exported {
+    /// Entries written.
+    pub(crate) entries: u64,
+    /// Summary cells written.
+    pub(crate) cells: u64,
+    /// Entries and cells left out: recorded at times later than the store's clock (explicit
+    /// times), which no cell as of `now` can stand for.
+    pub(crate) unwritable: u64,
+}
+
+/// What became of an entry read from a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Imported {
+    /// Stored.
+    Stored,
+    /// Fresh by now: nothing to store.
+    Fresh,
+    /// The shard is full and refuses new keys ([`WhenFull::Refuse`]).
+    Refused,
 }
 
 /// What every shard of a table shares.
@@ -348,5 +400,114 @@ where
 
     fn bytes(&self) -> usize {
         self.slots.bytes() + self.sketch.as_ref().map_or(0, |s| s.bytes())
+    }
+
+    fn cell_bytes(&self) -> usize {
+        <A::Cell as Persist<A>>::BYTES
+    }
+
+    fn fold_layout(&self) -> Option<(u32, usize)> {
+        self.fold
+    }
+
+    fn export(&self, now: Nanos, out: &mut Vec<u8>) -> Exported {
+        let alg = self.alg;
+        let mut done = Exported::default();
+        out.extend_from_slice(&now.to_le_bytes());
+        // Oldest first, so that a smaller store reading it back evicts the least recently used.
+        let mut order: Vec<(u32, usize)> = (0..self.slots.positions())
+            .filter_map(|pos| self.slots.get(pos).map(|slot| (self.tick.wrapping_sub(slot.stamp()), pos)))
+            .collect();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let count_at = out.len();
+        out.extend_from_slice(&0u32.to_le_bytes());
+        for (_, pos) in order {
+            let Some(slot) = self.slots.get(pos) else { continue };
+            let cell = slot.read(|s| (!alg.is_fresh(s, now)).then(|| A::Cell::of(&alg, s, now)));
+            match cell {
+                None => {}
+                Some(Some(cell)) if cell.fits(&alg, now) => {
+                    out.extend_from_slice(slot.key());
+                    cell.encode(out);
+                    done.entries += 1;
+                }
+                Some(_) => done.unwritable += 1,
+            }
+        }
+        let entries = u32::try_from(done.entries).expect("a shard holds fewer than 2^32 keys");
+        out[count_at..count_at + 4].copy_from_slice(&entries.to_le_bytes());
+        let Some(sketch) = &self.sketch else {
+            out.push(0);
+            return done;
+        };
+        let (bits, depth) = sketch.layout();
+        out.extend_from_slice(&[1, bits as u8, depth as u8]);
+        out.extend_from_slice(&sketch.since().min(now).to_le_bytes());
+        let count_at = out.len();
+        out.extend_from_slice(&0u32.to_le_bytes());
+        for (index, cell) in sketch.cells() {
+            if !cell.live(&alg, now) {
+                continue;
+            }
+            match u32::try_from(index) {
+                Ok(index) if cell.fits(&alg, now) => {
+                    out.extend_from_slice(&index.to_le_bytes());
+                    cell.encode(out);
+                    done.cells += 1;
+                }
+                _ => done.unwritable += 1,
+            }
+        }
+        let cells = u32::try_from(done.cells).expect("fewer than 2^32 cells");
+        out[count_at..count_at + 4].copy_from_slice(&cells.to_le_bytes());
+        done
+    }
+
+    fn import_entry(&mut self, key: &KeyHash, cell: &[u8], frame: &Frame) -> Result<Imported, &'static str> {
+        let alg = self.alg;
+        let cell = frame.cell::<A, A::Cell>(&alg, cell)?;
+        let state = cell.rebuild(&alg, frame.now);
+        if alg.is_fresh(&state, frame.now) {
+            return Ok(Imported::Fresh);
+        }
+        if self.contains(key) {
+            return Err("a key written twice");
+        }
+        if !self.make_room(1, &[], frame.now) {
+            return Ok(Imported::Refused);
+        }
+        self.insert(key, state);
+        Ok(Imported::Stored)
+    }
+
+    fn import_cell(&mut self, index: usize, cell: &[u8], since: Nanos, frame: &Frame) -> Result<bool, &'static str> {
+        let alg = self.alg;
+        let cell = frame.cell::<A, A::Cell>(&alg, cell)?;
+        let Some((bits, depth)) = self.fold else { return Ok(false) };
+        let since = frame.time::<A, A::Cell>(&alg, since);
+        let sketch = self.sketch.get_or_insert_with(|| Box::new(Sketch::new(bits, depth)));
+        if sketch.restore(index, cell, &alg, since, frame.now) { Ok(true) } else { Err("a summary cell out of range") }
+    }
+
+    fn join_cell(&self, acc: &mut Vec<u8>, cell: &[u8], frame: &Frame) -> Result<(), &'static str> {
+        let alg = self.alg;
+        let mut joined = frame.cell::<A, A::Cell>(&alg, cell)?;
+        if !acc.is_empty() {
+            joined = joined.join(A::Cell::decode(acc), &alg, frame.now);
+        }
+        acc.clear();
+        joined.encode(acc);
+        Ok(())
+    }
+
+    fn import_everywhere(&mut self, cell: &[u8], since: Nanos, frame: &Frame) -> bool {
+        let alg = self.alg;
+        let Some((bits, depth)) = self.fold else { return false };
+        let cell = A::Cell::decode(cell);
+        let since = frame.time::<A, A::Cell>(&alg, since);
+        self.sketch
+            .get_or_insert_with(|| Box::new(Sketch::new(bits, depth)))
+            .restore_everywhere(cell, &alg, since, frame.now);
+        true
     }
 }

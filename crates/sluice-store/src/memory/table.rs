@@ -66,6 +66,11 @@ impl Table {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The number of shards.
+    pub(crate) fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
     /// Keys held, over all shards (locks each shard in turn).
     pub(crate) fn keys(&self) -> usize {
         (0..self.shards.len()).map(|i| self.lock(i).len()).sum()

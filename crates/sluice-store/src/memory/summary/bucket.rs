@@ -14,7 +14,7 @@ use super::{Summary, charged, reset_after};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct BucketCell {
     /// A bucket whose TAT is this is at least as strict as every bucket folded in.
-    tat: Nanos,
+    pub(crate) tat: Nanos,
 }
 
 /// A bucket algorithm with its emission interval (nanoseconds per token).

@@ -22,14 +22,14 @@ use super::{Summary, charged, counted, reset_after};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CounterCell {
     /// Start of the window `curr` counts in.
-    start: Nanos,
+    pub(crate) start: Nanos,
     /// The largest count of the window before `start`.
-    prev: u64,
+    pub(crate) prev: u64,
     /// The largest count of the window at `start`.
-    curr: u64,
+    pub(crate) curr: u64,
 }
 
-fn aligned(alg: &SlidingWindow, now: Nanos) -> Nanos {
+pub(crate) fn aligned(alg: &SlidingWindow, now: Nanos) -> Nanos {
     now - now % alg.window()
 }
 

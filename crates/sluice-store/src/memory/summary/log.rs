@@ -21,23 +21,23 @@ use super::{Summary, charged, counted, reset_after};
 pub(crate) const SUB_WINDOWS: usize = 8;
 
 /// Sub-windows a cell counts: the newest entry's and every one a live entry can be in.
-const SPAN: usize = SUB_WINDOWS + 1;
+pub(crate) const SPAN: usize = SUB_WINDOWS + 1;
 
 /// Live entries per sub-window, newest first; empty when `newest` is 0 and every count too.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LogCell {
     /// The newest entry folded in: the newest sub-window's entries are placed there.
-    newest: Nanos,
+    pub(crate) newest: Nanos,
     /// `counts[j]`: entries in the `j`-th sub-window before the newest entry's.
-    counts: [u64; SPAN],
+    pub(crate) counts: [u64; SPAN],
 }
 
-fn sub_window(alg: &SlidingLog) -> Nanos {
+pub(crate) fn sub_window(alg: &SlidingLog) -> Nanos {
     alg.window().div_ceil(SUB_WINDOWS as u64)
 }
 
 impl LogCell {
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.counts.iter().all(|&n| n == 0)
     }
 

@@ -56,9 +56,9 @@ mod window;
 
 use sluice_core::{Algorithm, Nanos};
 
-pub(crate) use bucket::BucketCell;
-pub(crate) use counter::CounterCell;
-pub(crate) use log::LogCell;
+pub(crate) use bucket::{BucketCell, Meter};
+pub(crate) use counter::{CounterCell, aligned as window_start};
+pub(crate) use log::{LogCell, SPAN, sub_window};
 pub(crate) use sketch::Sketch;
 pub(crate) use window::WindowCell;
 

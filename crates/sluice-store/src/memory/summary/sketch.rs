@@ -69,4 +69,44 @@ impl<C: Copy + Default> Sketch<C> {
     pub(crate) fn bytes(&self) -> usize {
         size_of_val(&*self.cells)
     }
+
+    /// (log2 of the cells per row, rows): what a snapshot's cells must match to be put back in
+    /// place.
+    pub(crate) fn layout(&self) -> (u32, usize) {
+        (self.bits, self.depth)
+    }
+
+    /// The latest time anything was folded.
+    pub(crate) fn since(&self) -> Nanos {
+        self.since
+    }
+
+    /// Every cell, with its index (row `r`'s cells after `r << bits`).
+    pub(crate) fn cells(&self) -> impl Iterator<Item = (usize, C)> + '_ {
+        self.cells.iter().copied().enumerate()
+    }
+
+    /// Joins `cell` into the cell at `index` (a cell read back from a snapshot) and counts `at`
+    /// as a fold time. False, changing nothing, when there is no such cell.
+    pub(crate) fn restore<A: Algorithm>(&mut self, index: usize, cell: C, alg: &A, at: Nanos, now: Nanos) -> bool
+    where
+        C: Summary<A>,
+    {
+        let Some(slot) = self.cells.get_mut(index) else { return false };
+        *slot = slot.join(cell, alg, now);
+        self.since = self.since.max(at);
+        true
+    }
+
+    /// Joins `cell` into every cell and counts `at` as a fold time: a summary at least as strict
+    /// as whatever `cell` bounds, whichever key asks (for cells whose keys cannot be placed).
+    pub(crate) fn restore_everywhere<A: Algorithm>(&mut self, cell: C, alg: &A, at: Nanos, now: Nanos)
+    where
+        C: Summary<A>,
+    {
+        for slot in self.cells.iter_mut() {
+            *slot = slot.join(cell, alg, now);
+        }
+        self.since = self.since.max(at);
+    }
 }

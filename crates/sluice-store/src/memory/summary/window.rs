@@ -14,9 +14,9 @@ use super::{Summary, charged, counted, reset_after};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct WindowCell {
     /// When the window ends: after it the cell is fresh.
-    end: Nanos,
+    pub(crate) end: Nanos,
     /// The largest count folded into this window.
-    count: u64,
+    pub(crate) count: u64,
 }
 
 impl WindowCell {
