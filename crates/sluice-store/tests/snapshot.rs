@@ -390,25 +390,36 @@ fn a_window_restored_on_another_grid_counts_until_the_grid_says_so() {
 fn a_million_keys_go_through_a_snapshot_at_their_bound() {
     // The default bound of one policy, full of spent buckets: the file holds 24 bytes a key
     // (its hash and the bucket's time), and reading it back restores every key.
+    // The figures printed are indicative (a debug build, in a test).
     let policies = vec![NamedPolicy { name: "token".into(), policy: TokenBucket::new(4, 0.001).unwrap().into() }];
     let store = MemoryStore::new(policies.clone(), MemoryOptions::default(), Arc::new(ManualClock::new(T0)));
     let keys = 1_000_000u64;
     for n in 0..keys {
         store.decide_one_at(&req(0, n, 4)[0], T0).unwrap();
     }
+    // The shards fill unevenly, so a few keys were folded into the summary before the bound
+    // was reached; none was lost, and the file holds every key the table does.
+    let stats = &store.stats()[0];
+    let held = stats.keys as u64;
+    assert_eq!(held + stats.evicted_lru, keys);
+    assert!(held > keys * 99 / 100, "{held} held");
     let dir = Scratch::new("million");
     let started = std::time::Instant::now();
     let written = store.write_snapshot_at(&dir.file(), &secret(), written_at(T0)).unwrap();
     let wrote = started.elapsed();
-    assert_eq!(written.keys, keys);
-    assert!(written.bytes <= keys * 24 + 10_000, "{} bytes", written.bytes);
+    assert_eq!(written.keys, held);
+    // 24 bytes a key held, and the fold summary: about 24 bytes a key that went in, in all.
+    assert!(written.bytes <= keys * 24 + 100_000, "{} bytes", written.bytes);
     drop(store);
     let started = std::time::Instant::now();
     let (store, restored, _) = restart(policies, MemoryOptions::default(), &dir.file(), T0 + S, SI);
     let read = started.elapsed();
-    assert_eq!(loaded(&restored).policies[0].keys, keys);
-    assert_eq!(store.stats()[0].keys as u64, keys);
-    assert!(!store.decide_now(&req(0, keys - 1, 1)).unwrap().allowed);
+    assert_eq!(loaded(&restored).policies[0].keys, held);
+    assert_eq!(store.stats()[0].keys as u64, held);
+    // Held and folded keys alike are still spent after the restart.
+    for n in [0, keys / 2, keys - 1] {
+        assert!(!store.decide_now(&req(0, n, 1)).unwrap().allowed, "key {n}");
+    }
     println!(
         "{keys} keys: {:.1} MB written in {:.0} ms, read back in {:.0} ms",
         written.bytes as f64 / 1e6,
