@@ -34,4 +34,7 @@ mod store;
 
 pub use key::{KeyHash, KeyHasher};
 pub use memory::{FRESH_SCAN, FoldSize, LRU_SAMPLE, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore, PolicyStats, WhenFull};
-pub use store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
+pub use store::{
+    Check, Degraded, KeyStats, NamedPolicy, Reported, ReportedFuture, Store, StoreError, StoreFuture, Verdict,
+    validate_checks,
+};

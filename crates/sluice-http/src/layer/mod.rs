@@ -16,10 +16,23 @@ use tower::{Layer, Service};
 use crate::enforce::Enforcer;
 use crate::identity::ClientIdentity;
 use crate::keys::{KeyBuilder, RequestFacts};
-use crate::pipeline::{Action, Limiter, route_path};
+use crate::pipeline::{Action, Limiter, Ruling, route_path};
 
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
+
+/// The route name the layer reports its decisions under when none is given.
+pub const DEFAULT_ROUTE_NAME: &str = "layer";
+
+/// Told of every decision the layer makes, once the response's status is known: where an
+/// application plugs in metrics and decision logs (`sluice_gateway::observe::FaceObserver`
+/// counts them under the gateway's names), without this crate depending on any of them.
+pub trait Observe: Send + Sync {
+    /// A request under the layer named `route` ([`RateLimitLayerBuilder::route_name`]) was
+    /// decided; `status` is the response's (the deny status, 503 when the store could not
+    /// decide, or the wrapped service's; 0 when the service failed without one).
+    fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16);
+}
 
 /// An error building the layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +77,10 @@ pub struct RateLimitLayerBuilder {
     user_header: Option<String>,
     /// Finds the socket peer of a request.
     peer: PeerFn,
+    /// The name decisions are reported under (a bounded label, never a request's path).
+    route: String,
+    /// Told of every decision, if set.
+    observer: Option<Arc<dyn Observe>>,
 }
 
 impl RateLimitLayerBuilder {
@@ -123,6 +140,19 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The name this layer's decisions are reported under to the observer (default
+    /// [`DEFAULT_ROUTE_NAME`]): a fixed name per layer, so metrics labels stay bounded.
+    pub fn route_name(mut self, name: &str) -> Self {
+        self.route = name.to_owned();
+        self
+    }
+
+    /// Tells `observer` of every decision (metrics, decision logs).
+    pub fn observe(mut self, observer: Arc<dyn Observe>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Checks the limits against the store's policies and builds the layer.
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
         let enforcer = Enforcer::of_store(self.store);
@@ -145,7 +175,8 @@ impl RateLimitLayerBuilder {
             self.headers,
             StatusCode::from_u16(self.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
         );
-        Ok(RateLimitLayer { shared: Arc::new(Shared { limiter, limits, peer: self.peer }) })
+        let (peer, route, observer) = (self.peer, self.route, self.observer);
+        Ok(RateLimitLayer { shared: Arc::new(Shared { limiter, limits, peer, route, observer }) })
     }
 }
 
@@ -157,6 +188,18 @@ struct Shared {
     limits: Vec<RouteLimit>,
     /// Finds the socket peer in a request's extensions (where depends on the server).
     peer: PeerFn,
+    /// The name decisions are reported under.
+    route: String,
+    /// Told of every decision, if set.
+    observer: Option<Arc<dyn Observe>>,
+}
+
+impl Shared {
+    fn observed(&self, ruling: &Ruling<'_>, status: u16) {
+        if let Some(o) = &self.observer {
+            o.decided(&self.route, ruling, status);
+        }
+    }
 }
 
 /// Rate-limits the wrapped service: a request passes only if every limit admits it; a denial
@@ -202,6 +245,8 @@ impl RateLimitLayer {
             hasher: KeyHasher::random(),
             user_header: None,
             peer: Arc::new(|ext| ext.get::<SocketAddr>().map(|a| a.ip())),
+            route: DEFAULT_ROUTE_NAME.to_owned(),
+            observer: None,
         }
     }
 }
@@ -269,17 +314,28 @@ where
             let ruling = shared.limiter.decide(checks).await;
             let delay = match ruling.action() {
                 Action::Admit { delay } => delay,
-                Action::Deny(answer) => return Ok(answer.into_response(R::from)),
+                Action::Deny(answer) => {
+                    shared.observed(&ruling, answer.status.as_u16());
+                    return Ok(answer.into_response(R::from));
+                }
                 Action::Unavailable(answer) => {
                     tracing::warn!(target: "sluice::store", "store could not decide; answering 503");
+                    shared.observed(&ruling, answer.status.as_u16());
                     return Ok(answer.into_response(R::from));
                 }
             };
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            let mut res = inner.call(req).await?;
+            let mut res = match inner.call(req).await {
+                Ok(res) => res,
+                Err(e) => {
+                    shared.observed(&ruling, 0);
+                    return Err(e);
+                }
+            };
             ruling.write_headers(res.headers_mut());
+            shared.observed(&ruling, res.status().as_u16());
             Ok(res)
         })
     }
