@@ -24,9 +24,7 @@ pub trait Inspect: Send + Sync + 'static {
 
 impl Inspect for Gateway {
     fn metrics_text(&self) -> String {
-        let loaded = self.config();
-        let scrape = Scrape::of(loaded.store().as_ref(), self.in_flight());
-        self.observer().metrics().render(scrape)
+        self.observer().metrics().render(scrape(self))
     }
 
     fn readiness(&self) -> (bool, &'static str) {
@@ -40,8 +38,13 @@ impl Inspect for Gateway {
 
     fn status(&self) -> Status {
         let loaded = self.config();
-        let scrape = Scrape::of(loaded.store().as_ref(), self.in_flight());
         let decisions = loaded.observed.counts(&loaded.config);
-        Status::new("gateway", &scrape, self.observer(), decisions, &config_json(&loaded.config))
+        Status::new("gateway", &scrape(self), self.observer(), decisions, &config_json(&loaded.config))
     }
+}
+
+/// What the gateway's store and request count read now.
+fn scrape(gateway: &Gateway) -> Scrape {
+    let loaded = gateway.config();
+    Scrape::of(loaded.store().as_ref(), gateway.in_flight()).with_max_in_flight(loaded.config.server.max_in_flight)
 }

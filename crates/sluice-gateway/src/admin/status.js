@@ -49,7 +49,7 @@
     return (Math.max(0, d[field] - before) / seconds).toFixed(1);
   }
 
-  function renderStore(store, inFlight) {
+  function renderStore(store, inFlight, maxInFlight) {
     const dl = byId('store');
     const fresh = document.createElement('dl');
     fresh.id = 'store';
@@ -60,7 +60,7 @@
       ['breaker', store.breaker === undefined ? 'none' : store.breaker],
       ['store errors', store.errors],
       ['failure-mode answers', store.degraded],
-      ['in flight', inFlight],
+      ['in flight', maxInFlight === undefined ? inFlight : inFlight + ' of ' + maxInFlight],
     ];
     for (const [name, value] of items) {
       const dt = document.createElement('dt');
@@ -92,7 +92,7 @@
   function render(s, now) {
     byId('service').textContent = s.service;
     byId('version').textContent = 'v' + s.version;
-    renderStore(s.store, s.in_flight);
+    renderStore(s.store, s.in_flight, s.max_in_flight);
     fill('decisions', s.decisions, (tr, d) => {
       tr.setAttribute('data-route', d.route);
       tr.setAttribute('data-policy', d.policy);

@@ -49,6 +49,9 @@ pub struct Status {
     pub version: &'static str,
     /// Requests being handled.
     pub in_flight: usize,
+    /// The bound on requests in flight, if there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<usize>,
     /// The store's health.
     pub store: StoreHealth,
     /// Per route and policy, the decisions so far (the page turns them into rates).
@@ -95,6 +98,7 @@ impl Status {
             service,
             version: env!("CARGO_PKG_VERSION"),
             in_flight: scrape.in_flight,
+            max_in_flight: scrape.max_in_flight,
             store,
             decisions,
             top_denied,

@@ -243,6 +243,8 @@ pub fn error_kind(e: &StoreError) -> &'static str {
 pub struct Scrape {
     /// Requests being handled.
     pub in_flight: usize,
+    /// The bound on requests in flight (`server.max_in_flight`), if there is one.
+    pub max_in_flight: Option<usize>,
     /// The store's kind (`memory`, `redis`).
     pub store: &'static str,
     /// Whether the store can serve (see `Store::ready`).
@@ -260,6 +262,7 @@ impl Scrape {
     pub fn of(store: &dyn sluice_store::Store, in_flight: usize) -> Self {
         Self {
             in_flight,
+            max_in_flight: None,
             store: store.kind(),
             ready: store.ready(),
             keys: store.key_stats(),
@@ -267,12 +270,26 @@ impl Scrape {
             deny_cache_hits: store.deny_cache_hits(),
         }
     }
+
+    /// The same, with the bound on requests in flight (`sluice_max_in_flight`).
+    pub fn with_max_in_flight(self, max: usize) -> Self {
+        Self { max_in_flight: Some(max), ..self }
+    }
 }
 
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let g = ConstGauge::new(self.in_flight as i64);
         g.encode(encoder.encode_descriptor("sluice_in_flight", "Requests being handled.", None, g.metric_type())?)?;
+        if let Some(max) = self.max_in_flight {
+            let g = ConstGauge::new(i64::try_from(max).unwrap_or(i64::MAX));
+            g.encode(encoder.encode_descriptor(
+                "sluice_max_in_flight",
+                "The bound on requests in flight (server.max_in_flight): beyond it, requests are shed with 503.",
+                None,
+                g.metric_type(),
+            )?)?;
+        }
 
         let store = [("store", self.store)];
         let mut e = encoder.encode_descriptor(

@@ -21,9 +21,11 @@
 //! let observer = Arc::new(Observer::new());
 //! observer.reloaded(&Err(sluice_gateway::error::GatewayError::NeedsRestart("server.listen")));
 //! let text = observer.metrics().render(Scrape {
-//!     in_flight: 0, store: "memory", ready: true, keys: vec![], breaker_open: None, deny_cache_hits: None,
+//!     in_flight: 0, max_in_flight: Some(100), store: "memory", ready: true, keys: vec![], breaker_open: None,
+//!     deny_cache_hits: None,
 //! });
 //! assert!(text.contains("sluice_config_reloads_total{result=\"refused\"} 1"));
+//! assert!(text.contains("sluice_max_in_flight 100"));
 //! assert!(text.ends_with("# EOF\n"));
 //! ```
 
