@@ -76,12 +76,19 @@ impl Admin {
     }
 
     fn answer(&self, method: &Method, path: &str) -> Response<Body> {
+        let mut res = self.route(method, path);
+        res.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        page::harden(res.headers_mut());
+        res
+    }
+
+    fn route(&self, method: &Method, path: &str) -> Response<Body> {
         if method != Method::GET && method != Method::HEAD {
             let mut res = respond::error(405, "method_not_allowed", "Use GET.");
             res.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
             return res;
         }
-        let mut res = match path {
+        match path {
             "/" | "/status.js" | "/status.css" => page::asset(path),
             "/status.json" => respond::json(200, &self.source.status()),
             "/metrics" => text(200, METRICS_CONTENT_TYPE, self.metrics_text()),
@@ -96,10 +103,7 @@ impl Admin {
                 "not_found",
                 "Admin endpoints: / (status page), /status.json, /metrics, /healthz, /readyz, /config.",
             ),
-        };
-        res.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        page::harden(res.headers_mut());
-        res
+        }
     }
 }
 

@@ -116,14 +116,14 @@
       cell(tr, k.overcount > 0 ? k.denials + ' (≤' + k.overcount + ' over)' : k.denials, 'denials');
     });
     fill('routes', s.routes || [], (tr, r) => {
-      tr.setAttribute('data-route', r.name);
+      tr.setAttribute('data-route-name', r.name);
       cell(tr, r.name);
       cell(tr, r.path);
       cell(tr, r.methods && r.methods.length ? r.methods.join(', ') : 'any');
       cell(tr, (r.limits || []).map(limitText).join('; '));
     });
     fill('policies', s.policies || [], (tr, p) => {
-      tr.setAttribute('data-policy', p.name);
+      tr.setAttribute('data-policy-name', p.name);
       cell(tr, p.name);
       cell(tr, p.algorithm);
       cell(tr, params(p));

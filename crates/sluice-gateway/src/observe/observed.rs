@@ -31,6 +31,11 @@ const DENIED: usize = 1;
 const SHADOW_DENIED: usize = 2;
 const ERROR: usize = 3;
 const ALLOWED_DEGRADED: usize = 4;
+// Positions in a route's request counters ([`REQUEST_OUTCOMES`]).
+const REQUEST_ALLOWED: usize = 0;
+const REQUEST_DENIED: usize = 1;
+const REQUEST_ERROR: usize = 2;
+const REQUEST_ALLOWED_DEGRADED: usize = 3;
 
 /// The counters of one route: per limit one per decision outcome, and one per request outcome.
 #[derive(Debug, Clone)]
@@ -266,9 +271,9 @@ impl Recorder {
             }
         }
         let request = match (outcome.allowed, unchecked) {
-            (false, _) => DENIED,
-            (true, true) => ALLOWED_DEGRADED,
-            (true, false) => ALLOWED,
+            (false, _) => REQUEST_DENIED,
+            (true, true) => REQUEST_ALLOWED_DEGRADED,
+            (true, false) => REQUEST_ALLOWED,
         };
         h.requests[request].inc();
     }
@@ -297,7 +302,7 @@ impl Recorder {
                     c[ERROR].inc();
                 }
             }
-            h.requests[2].inc();
+            h.requests[REQUEST_ERROR].inc();
         }
         let first = checks.first()?;
         if !self.log.admit_denial() {
