@@ -9,47 +9,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use common::{Client, T0};
-use ops_support::{Logs, Mode, Samples, Shared, admin, gateway_on};
+use ops_support::{Logs, Mode, STATUS_CONFIG, Samples, Shared, admin, gateway_on, memory_store, serve_on};
 use proptest::prelude::*;
 use sluice_core::{Clock, ManualClock, Policy, TokenBucket};
 use sluice_gateway::admin::CONTENT_SECURITY_POLICY;
 use sluice_gateway::observe::{Observer, ThreadRandom};
 use sluice_gateway::seed::{SEED_ROUTE, SeedService};
-use sluice_gateway::stores::{memory_options, named_policies};
 use sluice_store::{MemoryStore, NamedPolicy};
-
-const CONFIG: &str = r#"
-[server]
-key_secret = "the status page never shows this secret"
-max_in_flight = 500
-
-[[policy]]
-name = "per-ip"
-algorithm = "fixed-window"
-limit = 3
-window = "1m"
-
-[[policy]]
-name = "watch"
-algorithm = "token-bucket"
-capacity = 1
-refill_per_second = 0.001
-shadow = true
-
-[[route]]
-name = "hello"
-path = "/api/hello"
-limits = [{ policy = "per-ip", key = "ip" }]
-
-[[route]]
-name = "search"
-path = "/api/search"
-methods = ["GET"]
-limits = [{ policy = "watch", key = "ip" }]
-
-[decision_log]
-sample = 0.0
-"#;
 
 fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(T0))
@@ -57,11 +23,6 @@ fn clock() -> Arc<ManualClock> {
 
 fn observer(clock: &Arc<ManualClock>) -> Arc<Observer> {
     Arc::new(Observer::with_sources(clock.clone(), Arc::new(ThreadRandom)))
-}
-
-fn memory(toml: &str, clock: &Arc<ManualClock>) -> MemoryStore {
-    let cfg = sluice_config::parse("test.toml", toml).unwrap();
-    MemoryStore::new(named_policies(&cfg), memory_options(&cfg.store), clock.clone() as Arc<dyn Clock>)
 }
 
 async fn statuses(client: &Client, path: &str, n: usize) -> Vec<u16> {
@@ -86,7 +47,8 @@ fn row<'a>(status: &'a serde_json::Value, route: &str, policy: &str) -> &'a serd
 async fn status_json_shows_the_counts_the_denied_keys_the_store_and_the_configuration() {
     let (logs, _guard) = Logs::capture();
     let clock = clock();
-    let (_gw, addr, admin) = gateway_on(CONFIG, Arc::new(memory(CONFIG, &clock)), observer(&clock)).await;
+    let (_gw, addr, admin) =
+        gateway_on(STATUS_CONFIG, Arc::new(memory_store(STATUS_CONFIG, &clock)), observer(&clock)).await;
     let (client, admin) = (Client::new(addr), Client::new(admin));
 
     assert_eq!(statuses(&client, "/api/hello", 5).await, [200, 200, 200, 429, 429]);
@@ -118,7 +80,8 @@ async fn status_json_shows_the_counts_the_denied_keys_the_store_and_the_configur
         (search["allowed"].as_u64(), search["shadow_denied"].as_u64(), search["denied"].as_u64()),
         (Some(1), Some(2), Some(0))
     );
-    assert_eq!(s["decisions"].as_array().unwrap().len(), 2, "the decision API decided nothing: no row for it");
+    assert_eq!(row(&s, "search", "per-account")["allowed"], 3);
+    assert_eq!(s["decisions"].as_array().unwrap().len(), 3, "the decision API decided nothing: no row for it");
 
     // The one denied key: the hash decision lines show, the policy that denied, two denials.
     let top = s["top_denied"].as_array().unwrap();
@@ -134,8 +97,8 @@ async fn status_json_shows_the_counts_the_denied_keys_the_store_and_the_configur
     assert_eq!(s["routes"][0]["name"], "hello");
     assert_eq!(s["routes"][1]["methods"][0], "GET");
     assert_eq!(s["routes"][0]["limits"][0]["key"], "ip");
-    assert_eq!(s["policies"][1]["shadow"], true);
-    assert_eq!(s["policies"][1]["capacity"], 1);
+    assert_eq!(s["policies"][2]["shadow"], true);
+    assert_eq!(s["policies"][2]["capacity"], 1);
     assert!(!r.text().contains("never shows this secret") && !r.text().contains("127.0.0.1"), "{}", r.text());
 
     // A minute later the denied key is forgotten; the totals stay.
@@ -148,7 +111,8 @@ async fn status_json_shows_the_counts_the_denied_keys_the_store_and_the_configur
 #[tokio::test(flavor = "current_thread")]
 async fn the_page_its_script_and_style_are_served_under_a_strict_policy() {
     let clock = clock();
-    let (_gw, _addr, admin) = gateway_on(CONFIG, Arc::new(memory(CONFIG, &clock)), observer(&clock)).await;
+    let (_gw, _addr, admin) =
+        gateway_on(STATUS_CONFIG, Arc::new(memory_store(STATUS_CONFIG, &clock)), observer(&clock)).await;
     let admin = Client::new(admin);
     for (path, content_type, needle) in [
         ("/", "text/html; charset=utf-8", "<script src=\"status.js\" defer></script>"),
@@ -201,7 +165,7 @@ sample = 0.0
 async fn a_failure_modes_answers_are_counted_logged_and_shown_until_the_store_decides_again() {
     let (logs, _guard) = Logs::capture();
     let clock = clock();
-    let store = Arc::new(Shared::new(memory(SHARED, &clock), memory(SHARED, &clock)));
+    let store = Arc::new(Shared::new(memory_store(SHARED, &clock), memory_store(SHARED, &clock)));
     let (_gw, addr, admin) = gateway_on(SHARED, store.clone(), observer(&clock)).await;
     let (client, admin) = (Client::new(addr), Client::new(admin));
 
@@ -263,12 +227,7 @@ async fn seed(clock: &Arc<ManualClock>) -> (Arc<SeedService>, SocketAddr, Socket
     let store = MemoryStore::new(vec![policy], Default::default(), clock.clone() as Arc<dyn Clock>);
     let log = sluice_config::DecisionLog { sample: 0.0, denials_per_second: 100.0 };
     let service = Arc::new(SeedService::with_observer(Arc::new(store), 2, observer(clock), &log));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let serving = service.clone();
-    tokio::spawn(async move {
-        sluice_gateway::serve::serve(listener, serving, std::future::pending(), std::time::Duration::from_secs(1)).await
-    });
+    let addr = serve_on(service.clone()).await;
     let admin = admin(service.clone()).await;
     (service, addr, admin)
 }

@@ -15,51 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Client, T0};
-use ops_support::gateway_on;
-use sluice_core::{Clock, ManualClock};
+use ops_support::{STATUS_CONFIG, gateway_on, memory_store};
+use sluice_core::ManualClock;
 use sluice_gateway::observe::{Observer, ThreadRandom};
-use sluice_gateway::stores::{memory_options, named_policies};
-use sluice_store::MemoryStore;
 
 const INSTALL: &str = "apt-get install chromium";
-
-const CONFIG: &str = r#"
-[server]
-key_secret = "the page never shows this secret either"
-
-[[policy]]
-name = "per-ip"
-algorithm = "fixed-window"
-limit = 3
-window = "1m"
-
-[[policy]]
-name = "per-account"
-algorithm = "sliding-log"
-limit = 5
-window = "15m"
-
-[[policy]]
-name = "watch"
-algorithm = "token-bucket"
-capacity = 1
-refill_per_second = 0.001
-shadow = true
-
-[[route]]
-name = "hello"
-path = "/api/hello"
-limits = [{ policy = "per-ip", key = "ip" }]
-
-[[route]]
-name = "search"
-path = "/api/search"
-methods = ["GET"]
-limits = [{ policy = "watch", key = "ip" }, { policy = "per-account", key = "header:x-account|ip" }]
-
-[decision_log]
-sample = 0.0
-"#;
 
 /// A temporary directory, removed when dropped.
 struct TempDir(PathBuf);
@@ -143,10 +103,9 @@ fn field<'a>(markup: &'a str, field: &str) -> &'a str {
 async fn a_browser_renders_the_live_counts_the_denied_key_the_store_and_the_configuration() {
     ops_support_require_chromium();
     let clock = Arc::new(ManualClock::new(T0));
-    let cfg = sluice_config::parse("test.toml", CONFIG).unwrap();
-    let store = MemoryStore::new(named_policies(&cfg), memory_options(&cfg.store), clock.clone() as Arc<dyn Clock>);
+    let store = memory_store(STATUS_CONFIG, &clock);
     let observer = Arc::new(Observer::with_sources(clock.clone(), Arc::new(ThreadRandom)));
-    let (_gw, addr, admin) = gateway_on(CONFIG, Arc::new(store), observer).await;
+    let (_gw, addr, admin) = gateway_on(STATUS_CONFIG, Arc::new(store), observer).await;
     let client = Client::new(addr);
     let mut seen = Vec::new();
     for _ in 0..5 {

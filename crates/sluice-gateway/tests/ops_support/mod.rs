@@ -252,12 +252,69 @@ pub async fn gateway_on(
     let config = sluice_config::parse("test.toml", toml).unwrap_or_else(|e| panic!("test config: {e}"));
     let gateway = sluice_gateway::gateway::Gateway::with_observer(config, Box::new(Fixed(store)), observer);
     let gateway = Arc::new(gateway.expect("the gateway builds"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the gateway");
-    let addr = listener.local_addr().unwrap();
-    let serving = gateway.clone();
-    tokio::spawn(async move {
-        sluice_gateway::serve::serve(listener, serving, std::future::pending(), std::time::Duration::from_secs(1)).await
-    });
+    let addr = serve_on(gateway.clone()).await;
     let admin = admin(gateway.clone()).await;
     (gateway, addr, admin)
+}
+
+/// Serves `handler` (the gateway, the seed service) on 127.0.0.1 (random port) for the rest of
+/// the test.
+pub async fn serve_on<H: sluice_gateway::serve::Handler>(handler: Arc<H>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().unwrap();
+    let drain = std::time::Duration::from_secs(1);
+    tokio::spawn(async move { sluice_gateway::serve::serve(listener, handler, std::future::pending(), drain).await });
+    addr
+}
+
+/// Two routes, three policies (one shadow), a secret that must never show: what the status
+/// page tests count.
+pub const STATUS_CONFIG: &str = r#"
+[server]
+key_secret = "the status page never shows this secret"
+max_in_flight = 500
+
+[[policy]]
+name = "per-ip"
+algorithm = "fixed-window"
+limit = 3
+window = "1m"
+
+[[policy]]
+name = "per-account"
+algorithm = "sliding-log"
+limit = 5
+window = "15m"
+
+[[policy]]
+name = "watch"
+algorithm = "token-bucket"
+capacity = 1
+refill_per_second = 0.001
+shadow = true
+
+[[route]]
+name = "hello"
+path = "/api/hello"
+limits = [{ policy = "per-ip", key = "ip" }]
+
+[[route]]
+name = "search"
+path = "/api/search"
+methods = ["GET"]
+limits = [{ policy = "watch", key = "ip" }, { policy = "per-account", key = "header:x-account|ip" }]
+
+[decision_log]
+sample = 0.0
+"#;
+
+/// The memory store of the configuration `toml`, reading `clock`.
+pub fn memory_store(toml: &str, clock: &Arc<sluice_core::ManualClock>) -> MemoryStore {
+    let cfg = sluice_config::parse("test.toml", toml).unwrap_or_else(|e| panic!("test config: {e}"));
+    let clock: Arc<dyn sluice_core::Clock> = clock.clone();
+    MemoryStore::new(
+        sluice_gateway::stores::named_policies(&cfg),
+        sluice_gateway::stores::memory_options(&cfg.store),
+        clock,
+    )
 }
