@@ -12,7 +12,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use ops_support::{Running, Scraped, get, require, root, run};
+use ops_support::{Running, Scraped, get, redis_gateway, require, root, run};
 use redis_support::RedisServer;
 use serde_json::Value;
 use support::TempDir;
@@ -150,34 +150,7 @@ fn the_dashboards_promql_parses() {
 fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
     let redis = RedisServer::start();
     let dir = TempDir::new("dashboard-scrape");
-    let config = format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-key_secret = "dashboard test secret, 32 bytes long"
-
-[admin]
-listen = "127.0.0.1:0"
-
-[store]
-kind = "redis"
-url = "{}"
-on_error = "local"
-timeout_ms = 200
-
-[[policy]]
-name = "per-ip"
-algorithm = "fixed-window"
-limit = 2
-window = "1h"
-
-[[route]]
-name = "hello"
-path = "/api/hello"
-limits = [{{ policy = "per-ip", key = "ip" }}]
-"#,
-        redis.url()
-    );
+    let config = redis_gateway(&redis.url(), "local");
     let path = dir.write("sluice.toml", &config);
     let sluice = Running::start(&["serve", "--config", &path], &[]);
     let (gateway, admin) = sluice.gateway_addresses();

@@ -11,44 +11,13 @@ mod support;
 
 use std::net::SocketAddr;
 
-use ops_support::{Running, Scraped, get};
+use ops_support::{Running, Scraped, get, redis_gateway};
 use redis_support::RedisServer;
 use support::TempDir;
 
 /// `sluice serve` on `redis` with `on_error`, a limit of 2 per IP; its addresses.
 fn serve(dir: &TempDir, redis: &RedisServer, on_error: &str) -> (Running, SocketAddr, SocketAddr) {
-    let config = format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-key_secret = "fail-open test secret, long enough"
-
-[admin]
-listen = "127.0.0.1:0"
-
-[store]
-kind = "redis"
-url = "{}"
-on_error = "{on_error}"
-timeout_ms = 200
-
-[[policy]]
-name = "per-ip"
-algorithm = "fixed-window"
-limit = 2
-window = "1h"
-
-[[route]]
-name = "hello"
-path = "/api/hello"
-limits = [{{ policy = "per-ip", key = "ip" }}]
-
-[decision_log]
-sample = 0.0
-denials_per_second = 100
-"#,
-        redis.url()
-    );
+    let config = redis_gateway(&redis.url(), on_error);
     let path = dir.write("sluice.toml", &config);
     let sluice = Running::start(&["serve", "--config", &path], &[]);
     let (gateway, admin) = sluice.gateway_addresses();

@@ -196,3 +196,40 @@ impl Scraped {
             .collect()
     }
 }
+
+/// A gateway configuration on the Redis at `url` with `on_error`, ports chosen by the system,
+/// an admin listener, and one route `hello` (`/api/hello`) limited to 2 per IP an hour; no
+/// admitted decision is logged, every denial and failure-mode answer is.
+pub fn redis_gateway(url: &str, on_error: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+key_secret = "operations test secret, long enough"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[store]
+kind = "redis"
+url = "{url}"
+on_error = "{on_error}"
+timeout_ms = 200
+
+[[policy]]
+name = "per-ip"
+algorithm = "fixed-window"
+limit = 2
+window = "1h"
+
+[[route]]
+name = "hello"
+path = "/api/hello"
+limits = [{{ policy = "per-ip", key = "ip" }}]
+
+[decision_log]
+sample = 0.0
+denials_per_second = 100
+"#
+    )
+}
