@@ -490,4 +490,41 @@ mod tests {
         assert_eq!(s.stats().redis_calls, 0);
         assert_eq!(s.stats().connects, 0);
     }
+
+    /// Nothing listens on port 1: every decision takes the failure path. Its policy, a bucket of
+    /// 2 that refills one token in 11 days, never refills during the test.
+    fn unreachable(on_error: OnError) -> RedisStore {
+        let mut o = RedisOptions::single("redis://127.0.0.1:1");
+        o.on_error = on_error;
+        let bucket = Policy::from(sluice_core::TokenBucket::new(2, 0.000_001).unwrap());
+        RedisStore::new(vec![NamedPolicy { name: "a".into(), policy: bucket }], o).unwrap()
+    }
+
+    #[tokio::test]
+    async fn failure_modes_report_the_error_they_answered_for() {
+        let checks = [Check { policy: 0, key: KeyHash([5; 16]), cost: 1 }];
+        let open = unreachable(OnError::FailOpen);
+        let r = open.decide_reported(&checks, None).await.expect("fail-open answers");
+        assert!(r.verdict.allowed);
+        let d = r.degraded.expect("reported, not absorbed");
+        assert_eq!(d.mode, "fail-open");
+        assert!(matches!(d.error, StoreError::Unavailable(_) | StoreError::Timeout(_)), "{:?}", d.error);
+        // `decide` gives the same verdict, without the report.
+        assert!(open.decide(&checks, None).await.unwrap().allowed);
+
+        let local = unreachable(OnError::Local);
+        for expect in [true, true, false] {
+            let r = local.decide_reported(&checks, None).await.expect("local answers");
+            assert_eq!((r.verdict.allowed, r.degraded.map(|d| d.mode)), (expect, Some("local")));
+        }
+        // The fallback's keys are the store's keys now.
+        assert_eq!(local.key_stats()[0].keys, 1);
+        assert!(unreachable(OnError::FailOpen).key_stats().is_empty(), "no fallback, no keys");
+
+        let closed = unreachable(OnError::FailClosed);
+        assert!(closed.decide_reported(&checks, None).await.is_err(), "fail-closed refuses");
+        // A request no store may decide is refused before any failure mode.
+        let bad = [Check { policy: 7, key: KeyHash([5; 16]), cost: 1 }];
+        assert!(matches!(open.decide_reported(&bad, None).await, Err(StoreError::UnknownPolicy { .. })));
+    }
 }

@@ -340,3 +340,74 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use sluice_config::KeySource;
+    use sluice_core::{ManualClock, TokenBucket};
+    use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// Remembers what it is told: (route, allowed, status).
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<(String, bool, u16)>>);
+
+    impl Observe for Recording {
+        fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16) {
+            self.0.lock().unwrap().push((route.to_owned(), ruling.allowed(), status));
+        }
+    }
+
+    fn layer(name: Option<&str>, observer: Arc<Recording>) -> RateLimitLayer {
+        let bucket = TokenBucket::new(1, 0.001).unwrap().into();
+        let store = MemoryStore::new(
+            vec![NamedPolicy { name: "one".into(), policy: bucket }],
+            MemoryOptions::default(),
+            Arc::new(ManualClock::new(0)),
+        );
+        let b = RateLimitLayer::builder(Arc::new(store)).limit("one", KeySpec { parts: vec![vec![KeySource::Ip]] });
+        let b = match name {
+            Some(n) => b.route_name(n),
+            None => b,
+        };
+        b.observe(observer).build().unwrap()
+    }
+
+    async fn call(layer: &RateLimitLayer, fail: bool) -> Result<u16, &'static str> {
+        let service =
+            tower::ServiceBuilder::new().layer(layer.clone()).service_fn(move |_req: Request<()>| async move {
+                if fail {
+                    Err("the service failed")
+                } else {
+                    Ok(Response::new(http_body_util::Full::new(Bytes::new())))
+                }
+            });
+        let req = Request::builder().uri("/anything/at/all").body(()).unwrap();
+        service.oneshot(req).await.map(|r| r.status().as_u16())
+    }
+
+    #[tokio::test]
+    async fn the_observer_hears_every_decision_with_its_status_under_the_layers_name() {
+        let seen = Arc::new(Recording::default());
+        let named = layer(Some("api"), seen.clone());
+        assert_eq!(call(&named, false).await, Ok(200));
+        assert_eq!(call(&named, false).await, Ok(429));
+        let unnamed = layer(None, seen.clone());
+        assert_eq!(call(&unnamed, true).await, Err("the service failed"));
+        // A refused path is not decided, so not told.
+        let refused = tower::ServiceBuilder::new().layer(unnamed.clone()).service_fn(|_req: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::new(Bytes::new())))
+        });
+        let res = refused.oneshot(Request::builder().uri("/a%2Fb").body(()).unwrap()).await.unwrap();
+        assert_eq!(res.status(), 400);
+        let got = seen.0.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            [("api".to_owned(), true, 200), ("api".to_owned(), false, 429), (DEFAULT_ROUTE_NAME.to_owned(), true, 0)]
+        );
+    }
+}
