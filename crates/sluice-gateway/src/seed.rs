@@ -43,7 +43,7 @@ use sluice_http::pipeline::Timing;
 use sluice_http::response::Answer;
 
 use crate::admin::{Inspect, Status};
-use crate::observe::{FaceObserver, Observer, Scrape, policy_json};
+use crate::observe::{FaceObserver, FaceRoute, Observer, Scrape, policy_json};
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
 
@@ -174,6 +174,8 @@ pub struct SeedService {
     policies: Vec<PolicyInfo>,
     /// Counts and logs decisions under the gateway's metric names.
     observed: FaceObserver,
+    /// [`SEED_ROUTE`]'s counters, resolved once: a request takes no lock to be counted.
+    hello: FaceRoute,
     /// Requests being handled now (`sluice_in_flight`).
     in_flight: AtomicUsize,
 }
@@ -223,7 +225,7 @@ impl SeedService {
             .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false })
             .collect();
         let observed = FaceObserver::new(&observer, store.as_ref(), log);
-        observed.expect_route(SEED_ROUTE);
+        let hello = observed.route(SEED_ROUTE);
         Self {
             store,
             hasher: KeyHasher::random(),
@@ -231,6 +233,7 @@ impl SeedService {
             capacity,
             policies,
             observed,
+            hello,
             in_flight: AtomicUsize::new(0),
         }
     }
@@ -253,7 +256,7 @@ impl SeedService {
         let timing = Timing::since(started, asked);
         let outcome = decided.map(one_outcome);
         let checks = std::slice::from_ref(&check);
-        let line = self.observed.record(SEED_ROUTE, checks, &["ip"], &self.policies, &outcome, timing);
+        let line = self.hello.record(checks, &["ip"], &self.policies, &outcome, timing);
         let res = self.answer(ip, method, &outcome);
         line.emit(res.status().as_u16());
         res

@@ -53,7 +53,9 @@ pub use events::{TARGET as EVENT_TARGET, started, stopped};
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
 pub use metrics::{Metrics, Scrape, error_kind};
-pub use observed::{CHECK_API_ROUTE, FAIL_OPEN, FaceObserver, LimitCounts, Observed, PendingLine, UNMATCHED_ROUTE};
+pub use observed::{
+    CHECK_API_ROUTE, FAIL_OPEN, FaceObserver, FaceRoute, LimitCounts, Observed, PendingLine, UNMATCHED_ROUTE,
+};
 pub use process::{ProcessCollector, ProcessStats};
 pub use top_denied::{DeniedKey, TopDenied};
 

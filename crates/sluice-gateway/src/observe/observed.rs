@@ -580,9 +580,10 @@ impl FaceObserver {
         h
     }
 
-    /// Creates `route`'s counters now, at zero, so they show before its first request.
-    pub fn expect_route(&self, route: &str) {
-        let _ = self.handles(route);
+    /// `route`, resolved now (its counters show at zero from now on): recording on it takes no
+    /// lock, for a face whose route is fixed (the seed service).
+    pub fn route(&self, route: &str) -> FaceRoute {
+        FaceRoute { recorder: self.recorder.clone(), handles: self.handles(route), name: route.into() }
     }
 
     /// Counts a decided request of `route` (its checks name the store's policies, described by
@@ -613,6 +614,33 @@ impl FaceObserver {
             .iter()
             .flat_map(|(route, h)| h.limits.iter().zip(&self.policies).map(|(c, p)| LimitCounts::of(route, p, c)))
             .collect()
+    }
+}
+
+/// One route of a [`FaceObserver`], its counters resolved ([`FaceObserver::route`]).
+#[derive(Debug, Clone)]
+pub struct FaceRoute {
+    /// Counting and logging on the face's store.
+    recorder: Recorder,
+    /// The route's counters, one per store policy.
+    handles: Arc<RouteHandles>,
+    /// The route's name.
+    name: Arc<str>,
+}
+
+impl FaceRoute {
+    /// Counts a decided request of this route (its checks name the store's policies, described
+    /// by `policies`) and picks its decision line, written by [`PendingLine::emit`].
+    pub fn record<'a>(
+        &'a self,
+        checks: &[Check],
+        kinds: &[KeyKind],
+        policies: &'a [PolicyInfo],
+        outcome: &Result<Outcome, StoreError>,
+        timing: Timing,
+    ) -> PendingLine<'a> {
+        let decided = Decided { checks, kinds, positions: &[], policies, outcome, timing };
+        self.recorder.record(Some(&self.handles), Slots::Policies, &self.name, &decided)
     }
 }
 
