@@ -506,7 +506,8 @@ impl Observed {
 /// Counts and logs the decisions of a face without a configuration — the tower layer (it is a
 /// [`sluice_http::layer::Observe`]), the seed service — in an [`Observer`]'s families, under the
 /// same names and labels as the gateway: a route's counters (one per policy of the store) are
-/// resolved the first time its name is seen; route names come from code, never from requests.
+/// resolved the first time its name is seen ([`FaceObserver::route`] resolves one for good);
+/// route names come from code, never from requests.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -584,22 +585,6 @@ impl FaceObserver {
     /// lock, for a face whose route is fixed (the seed service).
     pub fn route(&self, route: &str) -> FaceRoute {
         FaceRoute { recorder: self.recorder.clone(), handles: self.handles(route), name: route.into() }
-    }
-
-    /// Counts a decided request of `route` (its checks name the store's policies, described by
-    /// `policies`) and picks its decision line, written by [`PendingLine::emit`].
-    pub fn record<'a>(
-        &self,
-        route: &'a str,
-        checks: &[Check],
-        kinds: &[KeyKind],
-        policies: &'a [PolicyInfo],
-        outcome: &Result<Outcome, StoreError>,
-        timing: Timing,
-    ) -> PendingLine<'a> {
-        let h = self.handles(route);
-        let decided = Decided { checks, kinds, positions: &[], policies, outcome, timing };
-        self.recorder.record(Some(&h), Slots::Policies, route, &decided)
     }
 
     /// Counts a request that no limit applies to.
