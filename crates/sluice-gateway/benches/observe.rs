@@ -62,6 +62,7 @@ fn bench(c: &mut Criterion) {
         describe: verdict.tightest(),
         shadow_denied: Vec::new(),
         not_evaluated: Vec::new(),
+        degraded: None,
     };
     let timing = Timing { decision_ns: 4_000, store_ns: 2_000 };
 

@@ -3,22 +3,57 @@
 //! `GET /api/hello` is limited per client IP by a token bucket, `GET /health` answers
 //! `{"status":"ok"}`, and everything else is a JSON 404. A non-GET on `/api/hello` is 405 with
 //! `Allow: GET`, counted against the limit as in the tutorial (the limit is checked first).
+//!
+//! Its decisions are counted and logged as the gateway's are (route [`SEED_ROUTE`], policy
+//! `per-ip`), and it can be inspected on an admin listener ([`crate::admin::Inspect`]):
+//! `ADMIN_PORT` turns one on, on the loopback interface.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_core::{ManualClock, Policy};
+//! use sluice_gateway::admin::Inspect;
+//! use sluice_gateway::seed::{SeedConfig, SeedService};
+//! use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
+//!
+//! let cfg = SeedConfig::from_lookup(|k| (k == "ADMIN_PORT").then(|| "9100".to_string())).unwrap();
+//! assert_eq!(cfg.admin_port, Some(9100));
+//! let policy = NamedPolicy { name: "per-ip".into(), policy: Policy::from(cfg.policy().unwrap()) };
+//! let store = MemoryStore::new(vec![policy], MemoryOptions::default(), Arc::new(ManualClock::new(0)));
+//! let seed = SeedService::new(Arc::new(store), cfg.capacity);
+//! assert!(seed.metrics_text().contains("route=\"/api/hello\""));
+//! assert_eq!(seed.status().decisions[0].policy, "per-ip");
+//! ```
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use http::header::{ALLOW, HeaderName, HeaderValue};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
-use sluice_core::{ParamError, TokenBucket};
-use sluice_store::{Check, KeyHasher, MemoryStore};
+use serde_json::{Value, json};
+use sluice_core::{Decision, ParamError, TokenBucket};
+use sluice_store::{Check, KeyHasher, MemoryStore, Store, StoreError};
 
+use sluice_http::enforce::{Outcome, PolicyInfo};
 use sluice_http::headers::{retry_after_secs, write_denial_headers};
 use sluice_http::identity::ClientIdentity;
+use sluice_http::pipeline::Timing;
 use sluice_http::response::Answer;
 
+use crate::admin::{Inspect, Status};
+use crate::observe::{FaceObserver, FaceRoute, Observer, Scrape, policy_json};
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
+
+/// The route name of the seed service's limited route, in metrics and decision lines.
+pub const SEED_ROUTE: &str = "/api/hello";
+
+/// The decision log of the seed service: the gateway's defaults (1% of admissions, denials up
+/// to 100 lines a second).
+pub const SEED_DECISION_LOG: sluice_config::DecisionLog =
+    sluice_config::DecisionLog { sample: 0.01, denials_per_second: 100.0 };
 
 /// The default service's settings, from `PORT`, `RATE_LIMIT_CAPACITY` and
 /// `RATE_LIMIT_REFILL_PER_SECOND`.
@@ -30,11 +65,14 @@ pub struct SeedConfig {
     pub capacity: u64,
     /// Tokens added per second.
     pub refill_per_second: f64,
+    /// The admin listener's port on the loopback interface (`ADMIN_PORT`; 0: any free port);
+    /// `None`: no admin listener (the default).
+    pub admin_port: Option<u16>,
 }
 
 impl Default for SeedConfig {
     fn default() -> Self {
-        Self { port: 3000, capacity: 5, refill_per_second: 1.0 }
+        Self { port: 3000, capacity: 5, refill_per_second: 1.0, admin_port: None }
     }
 }
 
@@ -69,6 +107,13 @@ impl SeedConfig {
                 value: v.clone(),
                 expected: "a port number from 0 to 65535",
             })?;
+        }
+        if let Some(v) = get("ADMIN_PORT") {
+            cfg.admin_port = Some(v.trim().parse().map_err(|_| EnvError {
+                name: "ADMIN_PORT",
+                value: v.clone(),
+                expected: "a port number from 0 to 65535 (the admin listener, on 127.0.0.1)",
+            })?);
         }
         if let Some(v) = get("RATE_LIMIT_CAPACITY") {
             cfg.capacity = v.trim().parse::<u64>().ok().filter(|&c| c > 0).ok_or(EnvError {
@@ -125,6 +170,14 @@ pub struct SeedService {
     identity: ClientIdentity,
     /// The bucket's capacity, for `RateLimit-Limit`.
     capacity: u64,
+    /// The store's policies as the faces describe them (names in metrics and log lines).
+    policies: Vec<PolicyInfo>,
+    /// Counts and logs decisions under the gateway's metric names.
+    observed: FaceObserver,
+    /// [`SEED_ROUTE`]'s counters, resolved once: a request takes no lock to be counted.
+    hello: FaceRoute,
+    /// Requests being handled now (`sluice_in_flight`).
+    in_flight: AtomicUsize,
 }
 
 /// The tutorial's 429 body (`retryAfterSeconds`), with the snake-case field sluice uses elsewhere.
@@ -144,7 +197,7 @@ struct SeedAllowed {
 }
 
 #[derive(serde::Serialize)]
-struct Status {
+struct Health {
     status: &'static str,
 }
 
@@ -154,19 +207,64 @@ static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-rema
 impl SeedService {
     /// The service over `store` (whose policy 0 is the seed bucket of `capacity`). The seed
     /// service is one process with one limit: it decides on the memory store's single-check path.
+    /// Its metrics go to a new [`Observer`], its decision lines follow [`SEED_DECISION_LOG`].
     pub fn new(store: Arc<MemoryStore>, capacity: u64) -> Self {
-        Self { store, hasher: KeyHasher::random(), identity: ClientIdentity::new(Vec::new(), 56), capacity }
+        Self::with_observer(store, capacity, Arc::new(Observer::new()), &SEED_DECISION_LOG)
+    }
+
+    /// Like [`SeedService::new`], counting into `observer` and logging decisions as `log` says.
+    pub fn with_observer(
+        store: Arc<MemoryStore>,
+        capacity: u64,
+        observer: Arc<Observer>,
+        log: &sluice_config::DecisionLog,
+    ) -> Self {
+        let policies = store
+            .policies()
+            .iter()
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false })
+            .collect();
+        let observed = FaceObserver::new(&observer, store.as_ref(), log);
+        let hello = observed.route(SEED_ROUTE);
+        Self {
+            store,
+            hasher: KeyHasher::random(),
+            identity: ClientIdentity::new(Vec::new(), 56),
+            capacity,
+            policies,
+            observed,
+            hello,
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// The metrics and decision log sources it counts into.
+    pub fn observer(&self) -> &Arc<Observer> {
+        self.observed.observer()
     }
 
     fn hello(&self, peer: SocketAddr, method: &Method) -> Response<Body> {
+        let started = Instant::now();
         let ip = self.identity.client_ip(peer.ip(), &http::HeaderMap::new());
         let grouped = match self.identity.group(ip) {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             IpAddr::V6(v6) => v6.octets(),
         };
         let check = Check { policy: 0, key: self.hasher.hash(&[b"ip", &grouped]), cost: 1 };
-        let decision = match self.store.decide_one_now(&check) {
-            Ok(d) => d,
+        let asked = Instant::now();
+        let decided = self.store.decide_one_now(&check);
+        let timing = Timing::since(started, asked);
+        let outcome = decided.map(one_outcome);
+        let checks = std::slice::from_ref(&check);
+        let line = self.hello.record(checks, &["ip"], &self.policies, &outcome, timing);
+        let res = self.answer(ip, method, &outcome);
+        line.emit(res.status().as_u16());
+        res
+    }
+
+    fn answer(&self, ip: IpAddr, method: &Method, outcome: &Result<Outcome, StoreError>) -> Response<Body> {
+        let decision = match outcome {
+            Ok(o) => o.decisions[0],
             Err(_) => return respond::answer(Answer::limiter_unavailable()),
         };
         let quota = |res: &mut Response<Body>| {
@@ -198,16 +296,72 @@ impl SeedService {
     }
 }
 
+/// The outcome of the seed's one check, as the faces count outcomes.
+fn one_outcome(d: Decision) -> Outcome {
+    Outcome {
+        allowed: d.allowed,
+        decisions: vec![d],
+        describe: Some(0),
+        shadow_denied: Vec::new(),
+        not_evaluated: Vec::new(),
+        degraded: None,
+    }
+}
+
+/// Guard that counts a request in flight.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Handler for SeedService {
     async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _guard = InFlight(&self.in_flight);
         let path = req.uri().path();
-        if req.method() == Method::GET && path == "/health" {
-            return Ok(respond::json(200, &Status { status: "ok" }));
-        }
-        if path == "/api/hello" {
+        if path == SEED_ROUTE {
             return Ok(self.hello(peer, req.method()));
         }
+        self.observed.unmatched();
+        if req.method() == Method::GET && path == "/health" {
+            return Ok(respond::json(200, &Health { status: "ok" }));
+        }
         Ok(respond::error(404, "not_found", "Маршрут не знайдено."))
+    }
+}
+
+impl Inspect for SeedService {
+    fn metrics_text(&self) -> String {
+        let scrape = Scrape::of(self.store.as_ref(), self.in_flight.load(Ordering::Relaxed));
+        self.observer().metrics().render(scrape)
+    }
+
+    fn readiness(&self) -> (bool, &'static str) {
+        (self.store.ready(), self.store.kind())
+    }
+
+    /// The seed service as a gateway configuration would describe it: one route, one policy.
+    fn config_json(&self) -> Value {
+        let policies: Vec<Value> = self.policies.iter().map(|p| policy_json(&p.name, &p.policy, false)).collect();
+        json!({
+            "service": "seed",
+            "policies": policies,
+            "routes": [{
+                "name": SEED_ROUTE,
+                "path": SEED_ROUTE,
+                "methods": [],
+                "limits": [{ "policy": self.policies.first().map(|p| p.name.as_str()), "key": "ip", "cost": 1 }],
+            }],
+            "store": { "kind": self.store.kind() },
+        })
+    }
+
+    fn status(&self) -> Status {
+        let scrape = Scrape::of(self.store.as_ref(), self.in_flight.load(Ordering::Relaxed));
+        Status::new("seed", &scrape, self.observer(), self.observed.counts(), &self.config_json())
     }
 }
 
@@ -228,7 +382,7 @@ mod tests {
             ("RATE_LIMIT_REFILL_PER_SECOND", "2"),
         ]))
         .unwrap();
-        assert_eq!(c, SeedConfig { port: 8080, capacity: 20, refill_per_second: 2.0 });
+        assert_eq!(c, SeedConfig { port: 8080, capacity: 20, refill_per_second: 2.0, admin_port: None });
     }
 
     #[test]
@@ -243,6 +397,8 @@ mod tests {
             (&[("RATE_LIMIT_REFILL_PER_SECOND", "inf")][..], "RATE_LIMIT_REFILL_PER_SECOND"),
             (&[("PORT", "70000")][..], "PORT"),
             (&[("PORT", "http")][..], "PORT"),
+            (&[("ADMIN_PORT", "65536")][..], "ADMIN_PORT"),
+            (&[("ADMIN_PORT", "127.0.0.1:9090")][..], "ADMIN_PORT"),
             (&[("RATE_LIMIT_REFILL_PER_SECOND", "1e-300")][..], "RATE_LIMIT_REFILL_PER_SECOND"),
             (&[("RATE_LIMIT_CAPACITY", "18446744073709551615")][..], "RATE_LIMIT_CAPACITY"),
         ] {

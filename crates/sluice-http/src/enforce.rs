@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sluice_core::{Decision, Nanos, Policy};
-use sluice_store::{Check, Store, StoreError};
+use sluice_store::{Check, Degraded, Store, StoreError};
 
 use crate::headers::LimitView;
 
@@ -33,6 +33,9 @@ pub struct Outcome {
     /// Indices of shadow checks not decided: the enforced limits denied the request, so, as if
     /// enforced, the shadow policy would have been charged nothing (or its store failed).
     pub not_evaluated: Vec<usize>,
+    /// When the store could not decide the enforced limits and its failure mode answered
+    /// (`fail-open`, `local`): which mode, and the error. `None` for the store's own decision.
+    pub degraded: Option<Degraded>,
 }
 
 impl Outcome {
@@ -56,6 +59,7 @@ impl Outcome {
             (a, b) => a.or(b),
         };
         self.allowed &= later.allowed;
+        self.degraded = self.degraded.or(later.degraded);
         self.decisions.extend(later.decisions);
         self.shadow_denied.extend(later.shadow_denied.into_iter().map(|i| i + offset));
         self.not_evaluated.extend(later.not_evaluated.into_iter().map(|i| i + offset));
@@ -165,12 +169,14 @@ impl Enforcer {
                 describe: None,
                 shadow_denied: Vec::new(),
                 not_evaluated: Vec::new(),
+                degraded: None,
             };
             return Ok(none);
         }
         let any_shadow = checks.iter().any(|c| self.policies.get(c.policy).is_some_and(|p| p.shadow));
         if !any_shadow {
-            let v = self.store.decide(checks, None).await?;
+            let reported = self.store.decide_reported(checks, None).await?;
+            let v = reported.verdict;
             let describe = v.tightest();
             return Ok(Outcome {
                 allowed: v.allowed,
@@ -178,12 +184,14 @@ impl Enforcer {
                 describe,
                 shadow_denied: Vec::new(),
                 not_evaluated: Vec::new(),
+                degraded: reported.degraded,
             });
         }
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(|p| p.shadow));
         let pick = |idx: &[usize]| idx.iter().map(|&i| checks[i]).collect::<Vec<_>>();
-        let enforced_v = self.store.decide(&pick(&enforced), None).await?;
+        let reported = self.store.decide_reported(&pick(&enforced), None).await?;
+        let (enforced_v, degraded) = (reported.verdict, reported.degraded);
         let mut decisions = vec![enforced_v.decisions.first().copied().unwrap_or(NO_DECISION); checks.len()];
         for (j, &i) in enforced.iter().enumerate() {
             decisions[i] = enforced_v.decisions[j];
@@ -210,7 +218,7 @@ impl Enforcer {
                 }
             }
         }
-        Ok(Outcome { allowed: enforced_v.allowed, decisions, describe, shadow_denied, not_evaluated })
+        Ok(Outcome { allowed: enforced_v.allowed, decisions, describe, shadow_denied, not_evaluated, degraded })
     }
 }
 

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{Decision, Nanos, SystemClock};
-use sluice_store::{Check, MemoryStore, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
+use sluice_store::{
+    Check, Degraded, KeyStats, MemoryStore, NamedPolicy, Reported, ReportedFuture, Store, StoreError, StoreFuture,
+    Verdict, validate_checks,
+};
 
 use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::connection::{Connector, breaks_connection};
@@ -202,12 +205,20 @@ impl RedisStore {
     /// time in nanoseconds, which must be a whole number of microseconds; `None` uses the Redis
     /// server's clock.
     pub async fn decide_detailed(&self, checks: &[Check], at: Option<Nanos>) -> Result<SourcedVerdict, StoreError> {
+        self.decide_sourced(checks, at).await.map(|(v, _)| v)
+    }
+
+    /// [`RedisStore::decide_detailed`], with the error a failure mode answered for (`fail-open`,
+    /// `local`): the verdict is then not Redis's, and the error is reported, not absorbed.
+    async fn decide_sourced(
+        &self,
+        checks: &[Check],
+        at: Option<Nanos>,
+    ) -> Result<(SourcedVerdict, Option<StoreError>), StoreError> {
         self.validate(checks, at)?;
         if checks.is_empty() {
-            return Ok(SourcedVerdict {
-                verdict: Verdict { allowed: true, decisions: Vec::new() },
-                source: Source::Redis,
-            });
+            let verdict = Verdict { allowed: true, decisions: Vec::new() };
+            return Ok((SourcedVerdict { verdict, source: Source::Redis }, None));
         }
         let (clock, start) = match at {
             Some(t) => (CacheClock::Explicit, t),
@@ -215,7 +226,7 @@ impl RedisStore {
         };
         if let Some(verdict) = self.cached_denial(checks, clock, start) {
             bump(&self.counters.deny_cache_hits);
-            return Ok(SourcedVerdict { verdict, source: Source::DenyCache });
+            return Ok((SourcedVerdict { verdict, source: Source::DenyCache }, None));
         }
         let permit = match self.breaker.admit() {
             Admission::Call(p) => p,
@@ -239,7 +250,7 @@ impl RedisStore {
                         }
                     }
                 }
-                Ok(SourcedVerdict { verdict, source: Source::Redis })
+                Ok((SourcedVerdict { verdict, source: Source::Redis }, None))
             }
             Ok(Err(Failure::Error(e))) => {
                 permit.failure();
@@ -297,8 +308,14 @@ impl RedisStore {
         Some(Verdict { allowed: false, decisions })
     }
 
-    /// The failure path: the operator's choice.
-    fn on_failure(&self, checks: &[Check], at: Option<Nanos>, error: StoreError) -> Result<SourcedVerdict, StoreError> {
+    /// The failure path: the operator's choice. A verdict it gives comes with the error it
+    /// answered for.
+    fn on_failure(
+        &self,
+        checks: &[Check],
+        at: Option<Nanos>,
+        error: StoreError,
+    ) -> Result<(SourcedVerdict, Option<StoreError>), StoreError> {
         match self.options.on_error {
             OnError::FailOpen => {
                 bump(&self.counters.fail_open);
@@ -316,7 +333,8 @@ impl RedisStore {
                         }
                     })
                     .collect();
-                Ok(SourcedVerdict { verdict: Verdict { allowed: true, decisions }, source: Source::FailOpen })
+                let verdict = Verdict { allowed: true, decisions };
+                Ok((SourcedVerdict { verdict, source: Source::FailOpen }, Some(error)))
             }
             OnError::FailClosed => {
                 bump(&self.counters.fail_closed);
@@ -329,7 +347,7 @@ impl RedisStore {
                     Some(t) => local.decide_at(checks, t)?,
                     None => local.decide_now(checks)?,
                 };
-                Ok(SourcedVerdict { verdict, source: Source::Local })
+                Ok((SourcedVerdict { verdict, source: Source::Local }, Some(error)))
             }
         }
     }
@@ -421,6 +439,22 @@ impl Store for RedisStore {
     fn deny_cache_hits(&self) -> Option<u64> {
         Some(self.stats().deny_cache_hits)
     }
+
+    /// The keys of the `local` fallback (none while Redis decides): what an outage costs in
+    /// memory, per policy.
+    fn key_stats(&self) -> Vec<KeyStats> {
+        self.local.as_ref().map(Store::key_stats).unwrap_or_default()
+    }
+
+    /// A `fail-open` or `local` verdict comes with the error it answered for
+    /// ([`Degraded`], mode [`Source::as_str`]): every error is reported, whatever the mode.
+    fn decide_reported<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> ReportedFuture<'a> {
+        Box::pin(async move {
+            let (sourced, error) = self.decide_sourced(checks, at).await?;
+            let degraded = error.map(|error| Degraded { mode: sourced.source.as_str(), error });
+            Ok(Reported { verdict: sourced.verdict, degraded })
+        })
+    }
 }
 
 #[cfg(test)]
@@ -455,5 +489,42 @@ mod tests {
         assert!(matches!(sub_micro, Err(StoreError::Unavailable(m)) if m.contains("microseconds")));
         assert_eq!(s.stats().redis_calls, 0);
         assert_eq!(s.stats().connects, 0);
+    }
+
+    /// Nothing listens on port 1: every decision takes the failure path. Its policy, a bucket of
+    /// 2 that refills one token in 11 days, never refills during the test.
+    fn unreachable(on_error: OnError) -> RedisStore {
+        let mut o = RedisOptions::single("redis://127.0.0.1:1");
+        o.on_error = on_error;
+        let bucket = Policy::from(sluice_core::TokenBucket::new(2, 0.000_001).unwrap());
+        RedisStore::new(vec![NamedPolicy { name: "a".into(), policy: bucket }], o).unwrap()
+    }
+
+    #[tokio::test]
+    async fn failure_modes_report_the_error_they_answered_for() {
+        let checks = [Check { policy: 0, key: KeyHash([5; 16]), cost: 1 }];
+        let open = unreachable(OnError::FailOpen);
+        let r = open.decide_reported(&checks, None).await.expect("fail-open answers");
+        assert!(r.verdict.allowed);
+        let d = r.degraded.expect("reported, not absorbed");
+        assert_eq!(d.mode, "fail-open");
+        assert!(matches!(d.error, StoreError::Unavailable(_) | StoreError::Timeout(_)), "{:?}", d.error);
+        // `decide` gives the same verdict, without the report.
+        assert!(open.decide(&checks, None).await.unwrap().allowed);
+
+        let local = unreachable(OnError::Local);
+        for expect in [true, true, false] {
+            let r = local.decide_reported(&checks, None).await.expect("local answers");
+            assert_eq!((r.verdict.allowed, r.degraded.map(|d| d.mode)), (expect, Some("local")));
+        }
+        // The fallback's keys are the store's keys now.
+        assert_eq!(local.key_stats()[0].keys, 1);
+        assert!(unreachable(OnError::FailOpen).key_stats().is_empty(), "no fallback, no keys");
+
+        let closed = unreachable(OnError::FailClosed);
+        assert!(closed.decide_reported(&checks, None).await.is_err(), "fail-closed refuses");
+        // A request no store may decide is refused before any failure mode.
+        let bad = [Check { policy: 7, key: KeyHash([5; 16]), cost: 1 }];
+        assert!(matches!(open.decide_reported(&bad, None).await, Err(StoreError::UnknownPolicy { .. })));
     }
 }

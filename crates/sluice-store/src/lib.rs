@@ -38,4 +38,7 @@ pub use memory::{
     Moment, PolicyRestore, PolicyStats, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION, WhenFull,
     Written,
 };
-pub use store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
+pub use store::{
+    Check, Degraded, KeyStats, NamedPolicy, Reported, ReportedFuture, Store, StoreError, StoreFuture, Verdict,
+    validate_checks,
+};

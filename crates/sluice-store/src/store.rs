@@ -126,6 +126,30 @@ pub fn validate_checks(policies: &[NamedPolicy], checks: &[Check]) -> Result<(),
 /// A boxed future returned by [`Store::decide`].
 pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, StoreError>> + Send + 'a>>;
 
+/// How a verdict was reached when the store could not decide and its failure mode answered
+/// instead: which mode, and the error it answered for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Degraded {
+    /// The failure mode that gave the verdict: `fail-open` (admitted without a decision) or
+    /// `local` (decided by an in-process fallback).
+    pub mode: &'static str,
+    /// Why the store could not decide.
+    pub error: StoreError,
+}
+
+/// A verdict, and whether a failure mode gave it ([`Store::decide_reported`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reported {
+    /// The verdict, as [`Store::decide`] returns it.
+    pub verdict: Verdict,
+    /// `Some` when the store could not decide and its failure mode answered; `None` for a
+    /// verdict the store reached itself.
+    pub degraded: Option<Degraded>,
+}
+
+/// A boxed future returned by [`Store::decide_reported`].
+pub type ReportedFuture<'a> = Pin<Box<dyn Future<Output = Result<Reported, StoreError>> + Send + 'a>>;
+
 /// Shared, atomic rate-limit state.
 ///
 /// `decide` applies every check of one request together: the request is admitted only if every
@@ -163,6 +187,27 @@ pub trait Store: Send + Sync {
     fn deny_cache_hits(&self) -> Option<u64> {
         None
     }
+
+    /// Like [`Store::decide`], and says whether a failure mode gave the verdict: a store that
+    /// absorbs its own errors (a shared store under `fail-open` or `local`) reports them here,
+    /// so that callers count every error and tell such verdicts from decisions. The default,
+    /// for stores without a failure mode, reports none.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sluice_core::{ManualClock, Policy, TokenBucket};
+    /// use sluice_store::{Check, KeyHash, MemoryOptions, MemoryStore, NamedPolicy, Store};
+    /// let policy = NamedPolicy { name: "p".into(), policy: Policy::from(TokenBucket::new(1, 1.0).unwrap()) };
+    /// let store = MemoryStore::new(vec![policy], MemoryOptions::default(), Arc::new(ManualClock::new(0)));
+    /// let checks = [Check { policy: 0, key: KeyHash([1; 16]), cost: 1 }];
+    /// let r = sluice_store::conformance::block_on(store.decide_reported(&checks, None)).unwrap();
+    /// assert!(r.verdict.allowed);
+    /// assert_eq!(r.degraded, None);
+    /// ```
+    fn decide_reported<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> ReportedFuture<'a> {
+        let decided = self.decide(checks, at);
+        Box::pin(async move { decided.await.map(|verdict| Reported { verdict, degraded: None }) })
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -192,5 +237,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn deny_cache_hits(&self) -> Option<u64> {
         (**self).deny_cache_hits()
+    }
+
+    fn decide_reported<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> ReportedFuture<'a> {
+        (**self).decide_reported(checks, at)
     }
 }

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod check_config;
+mod completions;
 mod replay;
 mod serve;
 mod simulate;
@@ -26,11 +27,13 @@ enum Command {
     Simulate(simulate::Args),
     /// Send real HTTP requests on the arrival times of a scenario or a file, and summarise the answers.
     Replay(replay::Args),
+    #[command(flatten)]
+    Describe(completions::Command),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(matches!(&cli.command, Command::Serve(args) if args.config.is_some()));
+    init_logging(matches!(&cli.command, Command::Serve(_)));
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -41,10 +44,10 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// The gateway (`serve --config`) logs JSON lines to stdout: decision lines and service events
-/// (start, reload, store failure, stop), which `RUST_LOG` cannot silence below `info`
-/// (`[decision_log]` governs decision lines). Everything else logs text to stderr. `RUST_LOG`
-/// filters (default `info`).
+/// `serve` (the gateway and the seed service) logs JSON lines to stdout: decision lines and
+/// service events (start, reload, store failure, stop), which `RUST_LOG` cannot silence below
+/// `info` (`[decision_log]` governs decision lines). Other subcommands log text to stderr.
+/// `RUST_LOG` filters (default `info`).
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -66,5 +69,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig(args) => check_config::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Describe(c) => completions::run(c),
     }
 }

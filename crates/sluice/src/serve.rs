@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sluice_core::{Policy, SystemClock};
-use sluice_gateway::admin::serve_admin;
+use sluice_gateway::admin::{serve_admin, serve_inspected};
 use sluice_gateway::gateway::Gateway;
 use sluice_gateway::observe;
 use sluice_gateway::seed::{SeedConfig, SeedService};
@@ -20,7 +20,8 @@ use tokio::net::TcpListener;
 pub struct Args {
     /// A TOML configuration (routes, policies, keys, upstream, store). Without it, sluice runs
     /// the default service: GET /api/hello limited per client IP by a token bucket
-    /// (PORT, RATE_LIMIT_CAPACITY, RATE_LIMIT_REFILL_PER_SECOND), GET /health.
+    /// (PORT, RATE_LIMIT_CAPACITY, RATE_LIMIT_REFILL_PER_SECOND), GET /health; ADMIN_PORT adds
+    /// the admin listener (status page, /metrics) on 127.0.0.1.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// How long to let in-flight requests finish after SIGTERM or SIGINT.
@@ -59,7 +60,25 @@ async fn seed(drain: Duration) -> anyhow::Result<()> {
         cfg.capacity, cfg.refill_per_second
     );
     let service = Arc::new(SeedService::new(Arc::new(store), cfg.capacity));
+    // ADMIN_PORT: the admin listener (status page, metrics, health) on the loopback interface.
+    let admin = match cfg.admin_port {
+        Some(port) => {
+            let at = SocketAddr::from(([127, 0, 0, 1], port));
+            let l = TcpListener::bind(at).await.with_context(|| format!("cannot listen on {at} (ADMIN_PORT)"))?;
+            println!("sluice admin listening on http://{}", l.local_addr()?);
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(serve_inspected(l, service.clone(), async move {
+                let _ = stopped.await;
+            }));
+            Some((stop, task))
+        }
+        None => None,
+    };
     serve_per_core(listeners, service, stop, drain).await?;
+    if let Some((stop, task)) = admin {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
     println!("sluice stopped");
     Ok(())
 }

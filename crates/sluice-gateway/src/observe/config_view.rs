@@ -42,12 +42,7 @@ pub fn config_json(c: &Config) -> Value {
             "url": SecretUrl::new(u.url.clone()).redacted(),
             "timeout_ms": u.timeout / NANOS_PER_MILLI,
         })),
-        "policies": c.policies.iter().map(|p| {
-            let mut v = policy_json(&p.policy);
-            v["name"] = json!(p.name);
-            v["shadow"] = json!(p.shadow);
-            v
-        }).collect::<Vec<_>>(),
+        "policies": c.policies.iter().map(|p| policy_json(&p.name, &p.policy, p.shadow)).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({
             "name": r.name,
             "path": r.path.to_string(),
@@ -102,7 +97,16 @@ fn jwt_json(j: &Jwt) -> Value {
     })
 }
 
-fn policy_json(p: &Policy) -> Value {
+/// A policy as `/config` shows it: its algorithm and parameters (durations in milliseconds,
+/// rates per second), with its `name` and `shadow` flag.
+pub fn policy_json(name: &str, p: &Policy, shadow: bool) -> Value {
+    let mut v = policy_params(p);
+    v["name"] = json!(name);
+    v["shadow"] = json!(shadow);
+    v
+}
+
+fn policy_params(p: &Policy) -> Value {
     let per_second = |interval: u64| 1e9 / interval as f64;
     match p {
         Policy::FixedWindow(_) | Policy::SlidingLog(_) | Policy::SlidingWindow(_) => json!({

@@ -172,8 +172,10 @@ pub struct DecisionLine<'a> {
     pub status: u16,
     /// Whether the policy described is a shadow policy.
     pub shadow: bool,
-    /// For `error`: the kind of store error.
+    /// For `error`, or a failure mode's verdict: the kind of store error.
     pub error: Option<&'static str>,
+    /// For a verdict the store's failure mode gave instead of the store: `fail-open` or `local`.
+    pub degraded: Option<&'static str>,
 }
 
 impl DecisionLine<'_> {
@@ -196,6 +198,7 @@ impl DecisionLine<'_> {
             status = self.status,
             shadow = self.shadow,
             error = self.error,
+            degraded = self.degraded,
             "decision"
         );
     }

@@ -40,15 +40,25 @@ pub(crate) struct StoreErrorLabels {
     pub kind: &'static str,
 }
 
+/// `sluice_degraded_total`: requests a failure mode answered.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DegradedLabels {
+    pub store: &'static str,
+    pub mode: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReloadLabels {
     pub result: &'static str,
 }
 
 /// Outcomes of `sluice_decisions_total`, in the order of the per-limit counter arrays.
-pub(crate) const DECISION_OUTCOMES: [&str; 4] = ["allowed", "denied", "shadow_denied", "error"];
+/// `allowed_degraded`: admitted by `fail-open` without a decision (the store could not decide).
+pub(crate) const DECISION_OUTCOMES: [&str; 5] = ["allowed", "denied", "shadow_denied", "error", "allowed_degraded"];
 /// Outcomes of `sluice_requests_total` for a matched route, in the order of its counter array.
-pub(crate) const REQUEST_OUTCOMES: [&str; 3] = ["allowed", "denied", "error"];
+pub(crate) const REQUEST_OUTCOMES: [&str; 4] = ["allowed", "denied", "error", "allowed_degraded"];
+/// The failure modes that answer for a store (`sluice_degraded_total{mode}`).
+pub(crate) const DEGRADED_MODES: [&str; 2] = ["fail-open", "local"];
 
 /// The gateway's metric families. Label sets are resolved into counter handles when a
 /// configuration is loaded (see `Observed`), so a request only adds to atomics.
@@ -64,14 +74,20 @@ pub struct Metrics {
     pub(crate) decision_duration: Family<StoreLabels, LatencyHistogram>,
     /// `sluice_store_latency_seconds`: the store call alone.
     pub(crate) store_latency: Family<StoreLabels, LatencyHistogram>,
-    /// `sluice_store_errors_total`, by store and error kind.
+    /// `sluice_store_errors_total`, by store and error kind, whatever the failure mode did.
     store_errors: Family<StoreErrorLabels, Counter>,
+    /// `sluice_degraded_total`: requests a failure mode answered instead of the store.
+    degraded: Family<DegradedLabels, Counter>,
     /// `sluice_shed_total`: requests refused beyond `max_in_flight`.
     pub(crate) shed: Counter,
     /// `sluice_config_reloads_total`, applied or refused.
     reloads: Family<ReloadLabels, Counter>,
     /// `sluice_decision_log_dropped_total`: lines the denial cap refused.
     pub(crate) log_dropped: Counter,
+    /// Store errors so far, every kind (the status page's total).
+    errors_seen: Counter,
+    /// Failure-mode verdicts so far, every mode (the status page's total).
+    degraded_seen: Counter,
 }
 
 impl Default for Metrics {
@@ -90,15 +106,19 @@ impl Metrics {
             decision_duration: Family::default(),
             store_latency: Family::default(),
             store_errors: Family::default(),
+            degraded: Family::default(),
             shed: Counter::default(),
             reloads: Family::default(),
             log_dropped: Counter::default(),
+            errors_seen: Counter::default(),
+            degraded_seen: Counter::default(),
         };
         let mut registry = Registry::default();
         registry.register(
             "sluice_decisions",
             "Decisions per limit applied to a request: allowed, denied, shadow_denied (a shadow policy \
-             would have denied), error (the store could not decide).",
+             would have denied), error (the store could not decide), allowed_degraded (admitted by \
+             fail-open: the store could not decide).",
             m.decisions.clone(),
         );
         registry.register(
@@ -118,8 +138,14 @@ impl Metrics {
         );
         registry.register(
             "sluice_store_errors",
-            "Requests the store could not decide, by error kind.",
+            "Requests the store could not decide, by error kind, whatever its failure mode then did.",
             m.store_errors.clone(),
+        );
+        registry.register(
+            "sluice_degraded",
+            "Requests the store's failure mode answered instead of the store: fail-open (admitted \
+             unchecked) or local (decided by the in-process fallback).",
+            m.degraded.clone(),
         );
         registry.register("sluice_shed", "Requests shed with 503 because max_in_flight was reached.", m.shed.clone());
         registry.register(
@@ -144,6 +170,42 @@ impl Metrics {
     /// Counts a request the store could not decide.
     pub(crate) fn store_error(&self, store: &'static str, e: &StoreError) {
         self.store_errors.get_or_create(&StoreErrorLabels { store, kind: error_kind(e) }).inc();
+        self.errors_seen.inc();
+    }
+
+    /// Counts a request the failure mode `mode` answered.
+    pub(crate) fn degraded(&self, store: &'static str, mode: &'static str) {
+        self.degraded.get_or_create(&DegradedLabels { store, mode }).inc();
+        self.degraded_seen.inc();
+    }
+
+    /// Store errors counted so far, every store and kind.
+    pub fn store_errors_seen(&self) -> u64 {
+        self.errors_seen.get()
+    }
+
+    /// Requests a failure mode answered so far, every store and mode.
+    pub fn degraded_seen(&self) -> u64 {
+        self.degraded_seen.get()
+    }
+
+    /// Creates, at zero, the error series a store of kind `store` can produce, so alerts on
+    /// `increase()` see the first error: `timeout` and `unavailable` and the failure modes for
+    /// Redis, `full` for the memory store.
+    pub(crate) fn expect_store(&self, store: &'static str) {
+        let kinds: &[&'static str] = match store {
+            "redis" => &["timeout", "unavailable"],
+            "memory" => &["full"],
+            _ => &[],
+        };
+        for &kind in kinds {
+            let _ = self.store_errors.get_or_create(&StoreErrorLabels { store, kind });
+        }
+        if store == "redis" {
+            for mode in DEGRADED_MODES {
+                let _ = self.degraded.get_or_create(&DegradedLabels { store, mode });
+            }
+        }
     }
 
     /// Counts a reload, applied or refused.
@@ -181,6 +243,8 @@ pub fn error_kind(e: &StoreError) -> &'static str {
 pub struct Scrape {
     /// Requests being handled.
     pub in_flight: usize,
+    /// The bound on requests in flight (`server.max_in_flight`), if there is one.
+    pub max_in_flight: Option<usize>,
     /// The store's kind (`memory`, `redis`).
     pub store: &'static str,
     /// Whether the store can serve (see `Store::ready`).
@@ -198,6 +262,7 @@ impl Scrape {
     pub fn of(store: &dyn sluice_store::Store, in_flight: usize) -> Self {
         Self {
             in_flight,
+            max_in_flight: None,
             store: store.kind(),
             ready: store.ready(),
             keys: store.key_stats(),
@@ -205,12 +270,26 @@ impl Scrape {
             deny_cache_hits: store.deny_cache_hits(),
         }
     }
+
+    /// The same, with the bound on requests in flight (`sluice_max_in_flight`).
+    pub fn with_max_in_flight(self, max: usize) -> Self {
+        Self { max_in_flight: Some(max), ..self }
+    }
 }
 
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let g = ConstGauge::new(self.in_flight as i64);
         g.encode(encoder.encode_descriptor("sluice_in_flight", "Requests being handled.", None, g.metric_type())?)?;
+        if let Some(max) = self.max_in_flight {
+            let g = ConstGauge::new(i64::try_from(max).unwrap_or(i64::MAX));
+            g.encode(encoder.encode_descriptor(
+                "sluice_max_in_flight",
+                "The bound on requests in flight (server.max_in_flight): beyond it, requests are shed with 503.",
+                None,
+                g.metric_type(),
+            )?)?;
+        }
 
         let store = [("store", self.store)];
         let mut e = encoder.encode_descriptor(

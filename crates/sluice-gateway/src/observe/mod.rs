@@ -6,7 +6,10 @@
 //!   resolved from `(route, policy)` label sets when the configuration is loaded, histogram
 //!   handles, and the [`DecisionLog`] policy of its `[decision_log]`. A request only adds to
 //!   atomics; a decision log line is built only when it is written.
-//! - [`json_lines`] is the log format of `sluice serve --config`: one JSON object per line.
+//! - [`FaceObserver`] counts and logs the same way for faces without a configuration: the tower
+//!   layer (through its `Observe` hook) and the seed service.
+//! - [`TopDenied`] keeps the most denied keys of the last minute, bounded, for the status page.
+//! - [`json_lines`] is the log format of `sluice serve`: one JSON object per line.
 //!
 //! Label values are bounded: route names from the configuration (or `unmatched`, or
 //! `/v1/check`), policy names, algorithm names, fixed outcome words. Never a key, an IP or a
@@ -18,9 +21,11 @@
 //! let observer = Arc::new(Observer::new());
 //! observer.reloaded(&Err(sluice_gateway::error::GatewayError::NeedsRestart("server.listen")));
 //! let text = observer.metrics().render(Scrape {
-//!     in_flight: 0, store: "memory", ready: true, keys: vec![], breaker_open: None, deny_cache_hits: None,
+//!     in_flight: 0, max_in_flight: Some(100), store: "memory", ready: true, keys: vec![], breaker_open: None,
+//!     deny_cache_hits: None,
 //! });
 //! assert!(text.contains("sluice_config_reloads_total{result=\"refused\"} 1"));
+//! assert!(text.contains("sluice_max_in_flight 100"));
 //! assert!(text.ends_with("# EOF\n"));
 //! ```
 
@@ -32,6 +37,7 @@ mod log_format;
 mod metrics;
 mod observed;
 mod process;
+mod top_denied;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,14 +47,17 @@ use sluice_store::StoreError;
 
 use crate::error::GatewayError;
 
-pub use config_view::config_json;
+pub use config_view::{config_json, policy_json};
 pub use decision_log::{DecisionLine, DecisionLog, SampleSource, TARGET as DECISION_TARGET, ThreadRandom};
 pub use events::{TARGET as EVENT_TARGET, started, stopped};
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
 pub use metrics::{Metrics, Scrape, error_kind};
-pub use observed::{CHECK_API_ROUTE, Observed, PendingLine, UNMATCHED_ROUTE};
+pub use observed::{
+    CHECK_API_ROUTE, FAIL_OPEN, FaceObserver, FaceRoute, LimitCounts, Observed, PendingLine, UNMATCHED_ROUTE,
+};
 pub use process::{ProcessCollector, ProcessStats};
+pub use top_denied::{DeniedKey, TopDenied};
 
 /// The gateway's metrics and the sources of its decision log, shared across reloads.
 pub struct Observer {
@@ -60,6 +69,8 @@ pub struct Observer {
     random: Arc<dyn SampleSource>,
     /// Whether the store is failing now: its first failure and its recovery are logged once.
     store_failing: AtomicBool,
+    /// The most denied keys of the last minute, for the status page.
+    top_denied: TopDenied,
 }
 
 impl std::fmt::Debug for Observer {
@@ -83,12 +94,23 @@ impl Observer {
 
     /// Like [`Observer::new`], with the decision log's clock and random draws given (tests).
     pub fn with_sources(clock: Arc<dyn Clock>, random: Arc<dyn SampleSource>) -> Self {
-        Self { metrics: Metrics::new(), clock, random, store_failing: AtomicBool::new(false) }
+        let top_denied = TopDenied::new(Arc::clone(&clock));
+        Self { metrics: Metrics::new(), clock, random, store_failing: AtomicBool::new(false), top_denied }
     }
 
     /// The metric families.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The most denied keys of the last minute.
+    pub fn top_denied(&self) -> &TopDenied {
+        &self.top_denied
+    }
+
+    /// True from a store failure (or a failure mode's verdict) until the store decides again.
+    pub fn store_failing(&self) -> bool {
+        self.store_failing.load(Ordering::Relaxed)
     }
 
     /// A decision log policy for `config`, counting its drops in this observer's metrics.

@@ -1,6 +1,7 @@
-//! Metric handles and the decision log of one loaded configuration, resolved once.
+//! Metric handles and the decision log of one loaded configuration, resolved once; and the
+//! same counting for faces without a configuration (the tower layer, the seed service).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use prometheus_client::metrics::counter::Counter;
 use sluice_config::Config;
@@ -8,55 +9,113 @@ use sluice_core::{Decision, ceil_millis};
 use sluice_http::enforce::{Outcome, PolicyInfo};
 use sluice_http::keys::KeyKind;
 use sluice_http::pipeline::{Ruling, Timing};
-use sluice_store::{Check, StoreError};
+use sluice_store::{Check, Store, StoreError};
 
 use super::Observer;
 use super::decision_log::{DecisionLine, DecisionLog};
 use super::histogram::LatencyHistogram;
-use super::metrics::{DECISION_OUTCOMES, DecisionLabels, REQUEST_OUTCOMES, RequestLabels, StoreLabels, error_kind};
+use super::metrics::{
+    DECISION_OUTCOMES, DecisionLabels, Metrics, REQUEST_OUTCOMES, RequestLabels, StoreLabels, error_kind,
+};
 
 /// The `route` label (and log field) of decisions made through the decision API; it is also the
 /// API's path.
 pub const CHECK_API_ROUTE: &str = "/v1/check";
 /// The `route` label of requests that matched no configured route.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
+/// The failure mode that admits without a decision ([`sluice_store::Degraded::mode`]).
+pub const FAIL_OPEN: &str = "fail-open";
 
 const ALLOWED: usize = 0;
 const DENIED: usize = 1;
 const SHADOW_DENIED: usize = 2;
 const ERROR: usize = 3;
+const ALLOWED_DEGRADED: usize = 4;
+// Positions in a route's request counters ([`REQUEST_OUTCOMES`]).
+const REQUEST_ALLOWED: usize = 0;
+const REQUEST_DENIED: usize = 1;
+const REQUEST_ERROR: usize = 2;
+const REQUEST_ALLOWED_DEGRADED: usize = 3;
 
-/// The counters of one route: per limit (in the route's order) one per decision outcome, and
-/// one per request outcome.
+/// The counters of one route: per limit one per decision outcome, and one per request outcome.
 #[derive(Debug, Clone)]
 struct RouteHandles {
-    /// Per limit: allowed, denied, shadow-denied, error.
-    limits: Vec<[Counter; 4]>,
-    /// Per request: allowed, denied, error.
-    requests: [Counter; 3],
+    /// Per limit (a route's limits in order, or a store's policies): one counter per outcome of
+    /// [`DECISION_OUTCOMES`].
+    limits: Vec<[Counter; 5]>,
+    /// Per request: one counter per outcome of [`REQUEST_OUTCOMES`].
+    requests: [Counter; 4],
 }
 
-/// Everything a request needs to be counted and logged under one configuration: counter and
-/// histogram handles resolved from their label sets when the configuration was loaded, and the
-/// decision log policy of its `[decision_log]`.
-#[derive(Debug, Clone)]
-pub struct Observed {
-    /// The families and log sources, shared across reloads.
-    observer: Arc<Observer>,
-    /// This configuration's `[decision_log]` policy.
-    log: Arc<DecisionLog>,
-    /// Per configured route (same order), its counters.
-    routes: Vec<RouteHandles>,
-    /// `/v1/check`, one entry per policy.
-    api: RouteHandles,
-    /// Requests that matched no route.
-    unmatched: Counter,
-    /// Decision latency, key building included.
-    decision_duration: LatencyHistogram,
-    /// Store latency.
-    store_latency: LatencyHistogram,
-    /// The store's kind, for labels and log lines.
-    store: &'static str,
+impl RouteHandles {
+    /// The counters of `route` for limits under `policies` (name, algorithm), in order.
+    fn resolve<'p>(m: &Metrics, route: &str, policies: impl Iterator<Item = (&'p str, &'static str)>) -> Self {
+        Self {
+            limits: policies
+                .map(|(policy, algorithm)| {
+                    DECISION_OUTCOMES.map(|outcome| {
+                        m.decisions.get_or_create_owned(&DecisionLabels {
+                            route: route.to_owned(),
+                            policy: policy.to_owned(),
+                            algorithm,
+                            outcome,
+                        })
+                    })
+                })
+                .collect(),
+            requests: REQUEST_OUTCOMES
+                .map(|outcome| m.requests.get_or_create_owned(&RequestLabels { route: route.to_owned(), outcome })),
+        }
+    }
+}
+
+/// How a decided check finds its counters among a route's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slots {
+    /// By the position of its limit among the route's limits (configured routes).
+    Positions,
+    /// By its policy (the decision API, faces whose limits are a store's policies).
+    Policies,
+}
+
+/// One limit's counts so far, for the status page.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LimitCounts {
+    /// The route's name (or `/v1/check`).
+    pub route: String,
+    /// The policy's name.
+    pub policy: String,
+    /// Its algorithm.
+    pub algorithm: &'static str,
+    /// Decisions that admitted.
+    pub allowed: u64,
+    /// Decisions that denied.
+    pub denied: u64,
+    /// Shadow decisions that would have denied.
+    pub shadow_denied: u64,
+    /// Decisions the store could not make.
+    pub error: u64,
+    /// Admissions by `fail-open`, without a decision.
+    pub allowed_degraded: u64,
+}
+
+impl LimitCounts {
+    fn of(route: &str, policy: &PolicyInfo, c: &[Counter; 5]) -> Self {
+        Self {
+            route: route.to_owned(),
+            policy: policy.name.clone(),
+            algorithm: policy.policy.name(),
+            allowed: c[ALLOWED].get(),
+            denied: c[DENIED].get(),
+            shadow_denied: c[SHADOW_DENIED].get(),
+            error: c[ERROR].get(),
+            allowed_degraded: c[ALLOWED_DEGRADED].get(),
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.allowed + self.denied + self.shadow_denied + self.error + self.allowed_degraded > 0
+    }
 }
 
 /// A request's decision line, if it gets one, waiting for the response status.
@@ -74,107 +133,104 @@ impl PendingLine<'_> {
     }
 }
 
-impl Observed {
-    /// Resolves the label sets of `config` (its routes and policies) on a store of kind `store`.
-    pub fn resolve(observer: &Arc<Observer>, config: &Config, store: &'static str) -> Self {
+/// Counts and logs decisions on one store under one `[decision_log]` policy: what every face
+/// shares, whichever way it finds a route's counters.
+#[derive(Debug, Clone)]
+struct Recorder {
+    /// The families and log sources, shared across reloads.
+    observer: Arc<Observer>,
+    /// The `[decision_log]` policy.
+    log: Arc<DecisionLog>,
+    /// Decision latency, key building included.
+    decision_duration: LatencyHistogram,
+    /// Store latency.
+    store_latency: LatencyHistogram,
+    /// The store's kind, for labels and log lines.
+    store: &'static str,
+}
+
+/// What one request brought to be counted: the parts of a [`Ruling`].
+struct Decided<'a, 'r> {
+    checks: &'r [Check],
+    kinds: &'r [KeyKind],
+    positions: &'r [usize],
+    policies: &'a [PolicyInfo],
+    outcome: &'r Result<Outcome, StoreError>,
+    timing: Timing,
+}
+
+impl<'x> Decided<'x, 'x> {
+    fn of(ruling: &'x Ruling<'_>) -> Self {
+        Decided {
+            checks: &ruling.checks,
+            kinds: &ruling.kinds,
+            positions: &ruling.positions,
+            policies: ruling.policies(),
+            outcome: &ruling.outcome,
+            timing: ruling.timing,
+        }
+    }
+}
+
+impl Recorder {
+    fn new(observer: &Arc<Observer>, store: &'static str, log: &sluice_config::DecisionLog) -> Self {
         let m = observer.metrics();
-        let handles = |route: &str, policies: &mut dyn Iterator<Item = usize>| RouteHandles {
-            limits: policies
-                .map(|p| {
-                    let policy = &config.policies[p];
-                    DECISION_OUTCOMES.map(|outcome| {
-                        m.decisions.get_or_create_owned(&DecisionLabels {
-                            route: route.to_owned(),
-                            policy: policy.name.clone(),
-                            algorithm: policy.policy.name(),
-                            outcome,
-                        })
-                    })
-                })
-                .collect(),
-            requests: REQUEST_OUTCOMES
-                .map(|outcome| m.requests.get_or_create_owned(&RequestLabels { route: route.to_owned(), outcome })),
-        };
-        let routes = config.routes.iter().map(|r| handles(&r.name, &mut r.limits.iter().map(|l| l.policy))).collect();
-        let api = handles(CHECK_API_ROUTE, &mut (0..config.policies.len()));
-        let unmatched =
-            m.requests.get_or_create_owned(&RequestLabels { route: UNMATCHED_ROUTE.into(), outcome: "unlimited" });
+        m.expect_store(store);
         let labels = StoreLabels { store };
         Self {
-            log: Arc::new(observer.decision_log(&config.decision_log)),
+            log: Arc::new(observer.decision_log(log)),
             observer: Arc::clone(observer),
-            routes,
-            api,
-            unmatched,
             decision_duration: m.decision_duration.get_or_create_owned(&labels),
             store_latency: m.store_latency.get_or_create_owned(&labels),
             store,
         }
     }
 
-    /// The observer these handles report to.
-    pub fn observer(&self) -> &Arc<Observer> {
-        &self.observer
-    }
-
-    /// The decision log policy of this configuration.
-    pub fn log(&self) -> &DecisionLog {
-        &self.log
-    }
-
-    /// Counts a request that matched no route.
-    pub fn unmatched(&self) {
-        self.unmatched.inc();
-    }
-
-    /// Counts a request shed for overload.
-    pub fn shed(&self) {
-        self.observer.metrics().shed.inc();
-    }
-
-    /// Counts a decided request of route `route` (`None`: the decision API) named `route_name`,
-    /// and picks its decision line, written by [`PendingLine::emit`] once the status is known.
-    pub fn record<'a>(&self, route: Option<usize>, route_name: &'a str, ruling: &'a Ruling<'_>) -> PendingLine<'a> {
-        let policies = ruling.policies();
-        match &ruling.outcome {
+    /// Counts a decided request on the counters `h` and picks its decision line.
+    fn record<'a>(
+        &self,
+        h: Option<&RouteHandles>,
+        slots: Slots,
+        route: &'a str,
+        d: &Decided<'a, '_>,
+    ) -> PendingLine<'a> {
+        match d.outcome {
             Ok(outcome) => {
-                self.decided(route, &ruling.checks, &ruling.positions, policies, outcome, ruling.timing);
+                self.decided(h, slots, d.checks, d.positions, d.policies, outcome, d.timing);
                 PendingLine(self.pick(outcome).map(|(i, verdict)| {
-                    let kind = ruling.kinds.get(i).copied().unwrap_or("absent");
-                    self.line(
-                        route_name,
-                        policies,
-                        &ruling.checks[i],
-                        &outcome.decisions[i],
-                        verdict,
-                        kind,
-                        ruling.timing,
-                    )
+                    let kind = d.kinds.get(i).copied().unwrap_or("absent");
+                    let mut line =
+                        self.line(route, d.policies, &d.checks[i], &outcome.decisions[i], verdict, kind, d.timing);
+                    if let Some(degraded) = &outcome.degraded {
+                        line.degraded = Some(degraded.mode);
+                        line.error = Some(error_kind(&degraded.error));
+                    }
+                    line
                 }))
             }
             Err(e) => {
-                let kind = ruling.kinds.first().copied().unwrap_or("absent");
-                let (checks, positions) = (&ruling.checks, &ruling.positions);
-                PendingLine(self.failed(route, route_name, checks, positions, policies, e, ruling.timing, kind))
+                let kind = d.kinds.first().copied().unwrap_or("absent");
+                PendingLine(self.failed(h, slots, route, d.checks, d.positions, d.policies, e, d.timing, kind))
             }
         }
     }
 
-    fn handles(&self, route: Option<usize>) -> Option<&RouteHandles> {
-        match route {
-            Some(i) => self.routes.get(i),
-            None => Some(&self.api),
+    /// The counter slot of check `i` among a route's limits.
+    fn slot(slots: Slots, check: &Check, positions: &[usize], i: usize) -> usize {
+        match slots {
+            Slots::Positions => positions.get(i).copied().unwrap_or(i),
+            Slots::Policies => check.policy,
         }
     }
 
-    /// Counts the decision of route `route` (`None`: the decision API, whose limits are
-    /// indexed by policy) for `checks` (each at `positions[i]` among the route's limits): every
-    /// limit's own decision, the request's outcome, the durations. `policies` tells shadow
-    /// policies apart.
+    /// Counts a decided request: every limit's own decision, the request's outcome, the
+    /// durations; a failure mode's verdict also counts its store error. Denials feed the
+    /// status page's most denied keys.
     #[allow(clippy::too_many_arguments)]
-    pub fn decided(
+    fn decided(
         &self,
-        route: Option<usize>,
+        h: Option<&RouteHandles>,
+        slots: Slots,
         checks: &[Check],
         positions: &[usize],
         policies: &[PolicyInfo],
@@ -182,24 +238,44 @@ impl Observed {
         timing: Timing,
     ) {
         self.times(timing);
-        self.observer.store_ok();
-        let Some(h) = self.handles(route) else { return };
+        let m = self.observer.metrics();
+        match &outcome.degraded {
+            Some(d) => {
+                m.store_error(self.store, &d.error);
+                m.degraded(self.store, d.mode);
+                self.observer.store_failed(self.store, &d.error);
+            }
+            None => self.observer.store_ok(),
+        }
+        if !outcome.allowed
+            && let Some(check) = outcome.describe.and_then(|i| checks.get(i))
+            && let Some(p) = policies.get(check.policy)
+        {
+            self.observer.top_denied().record(check.key, &p.name);
+        }
+        let Some(h) = h else { return };
+        let unchecked = outcome.degraded.as_ref().is_some_and(|d| d.mode == FAIL_OPEN);
         for (i, (check, d)) in checks.iter().zip(&outcome.decisions).enumerate() {
             if outcome.not_evaluated.contains(&i) {
                 continue;
             }
-            let slot = if route.is_some() { positions.get(i).copied().unwrap_or(i) } else { check.policy };
             let shadow = policies.get(check.policy).is_some_and(|p| p.shadow);
             let which = match (d.allowed, shadow) {
+                (true, _) if unchecked => ALLOWED_DEGRADED,
                 (true, _) => ALLOWED,
                 (false, false) => DENIED,
                 (false, true) => SHADOW_DENIED,
             };
-            if let Some(c) = h.limits.get(slot) {
+            if let Some(c) = h.limits.get(Self::slot(slots, check, positions, i)) {
                 c[which].inc();
             }
         }
-        h.requests[if outcome.allowed { ALLOWED } else { DENIED }].inc();
+        let request = match (outcome.allowed, unchecked) {
+            (false, _) => REQUEST_DENIED,
+            (true, true) => REQUEST_ALLOWED_DEGRADED,
+            (true, false) => REQUEST_ALLOWED,
+        };
+        h.requests[request].inc();
     }
 
     /// Counts a request its store could not decide, logs the failure as a service event when
@@ -207,8 +283,9 @@ impl Observed {
     #[allow(clippy::too_many_arguments)]
     fn failed<'a>(
         &self,
-        route: Option<usize>,
-        route_name: &'a str,
+        h: Option<&RouteHandles>,
+        slots: Slots,
+        route: &'a str,
         checks: &[Check],
         positions: &[usize],
         policies: &'a [PolicyInfo],
@@ -219,14 +296,13 @@ impl Observed {
         self.times(timing);
         self.observer.metrics().store_error(self.store, error);
         self.observer.store_failed(self.store, error);
-        if let Some(h) = self.handles(route) {
+        if let Some(h) = h {
             for (i, check) in checks.iter().enumerate() {
-                let slot = if route.is_some() { positions.get(i).copied().unwrap_or(i) } else { check.policy };
-                if let Some(c) = h.limits.get(slot) {
+                if let Some(c) = h.limits.get(Self::slot(slots, check, positions, i)) {
                     c[ERROR].inc();
                 }
             }
-            h.requests[2].inc();
+            h.requests[REQUEST_ERROR].inc();
         }
         let first = checks.first()?;
         if !self.log.admit_denial() {
@@ -234,7 +310,7 @@ impl Observed {
         }
         let info = policies.get(first.policy);
         Some(DecisionLine {
-            route: route_name,
+            route,
             policy: info.map_or("", |p| p.name.as_str()),
             algorithm: info.map_or("", |p| p.policy.name()),
             key_type,
@@ -249,6 +325,7 @@ impl Observed {
             status: 0,
             shadow: info.is_some_and(|p| p.shadow),
             error: Some(error_kind(error)),
+            degraded: None,
         })
     }
 
@@ -258,9 +335,10 @@ impl Observed {
     }
 
     /// Which check of a decided request gets a log line, if any: the limit that denied (under
-    /// the denial cap), else a shadow limit that would have denied (under the cap), else the
-    /// limit closest to denying (sampled). The sampling draw and the cap are taken here.
-    pub fn pick(&self, outcome: &Outcome) -> Option<(usize, &'static str)> {
+    /// the denial cap), else a shadow limit that would have denied (under the cap), else, for a
+    /// failure mode's verdict, the limit closest to denying (under the cap), else that limit,
+    /// sampled. The sampling draw and the cap are taken here.
+    fn pick(&self, outcome: &Outcome) -> Option<(usize, &'static str)> {
         if !outcome.allowed {
             let i = outcome.describe?;
             return self.log.admit_denial().then_some((i, "denied"));
@@ -268,13 +346,17 @@ impl Observed {
         if let Some(&i) = outcome.shadow_denied.first() {
             return self.log.admit_denial().then_some((i, "shadow_denied"));
         }
-        if outcome.decisions.is_empty() || !self.log.sample_admitted() {
+        if outcome.decisions.is_empty() {
             return None;
         }
-        Some((outcome.describe.unwrap_or(0), "allowed"))
+        let logged = match outcome.degraded {
+            Some(_) => self.log.admit_denial(),
+            None => self.log.sample_admitted(),
+        };
+        logged.then_some((outcome.describe.unwrap_or(0), "allowed"))
     }
 
-    /// The line for check `i` of a decided request (see [`Observed::pick`]), its status still 0.
+    /// The line for check `i` of a decided request (see [`Recorder::pick`]), its status still 0.
     #[allow(clippy::too_many_arguments)]
     fn line<'a>(
         &self,
@@ -303,6 +385,253 @@ impl Observed {
             status: 0,
             shadow: info.is_some_and(|p| p.shadow),
             error: None,
+            degraded: None,
         }
+    }
+}
+
+/// Everything a request needs to be counted and logged under one configuration: counter and
+/// histogram handles resolved from their label sets when the configuration was loaded, and the
+/// decision log policy of its `[decision_log]`.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// Counting and logging on this configuration's store and `[decision_log]`.
+    recorder: Recorder,
+    /// Per configured route (same order), its counters.
+    routes: Vec<RouteHandles>,
+    /// `/v1/check`, one entry per policy.
+    api: RouteHandles,
+    /// Requests that matched no route.
+    unmatched: Counter,
+}
+
+impl Observed {
+    /// Resolves the label sets of `config` (its routes and policies) on a store of kind `store`.
+    pub fn resolve(observer: &Arc<Observer>, config: &Config, store: &'static str) -> Self {
+        let m = observer.metrics();
+        let named = |p: usize| (config.policies[p].name.as_str(), config.policies[p].policy.name());
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| RouteHandles::resolve(m, &r.name, r.limits.iter().map(|l| named(l.policy))))
+            .collect();
+        let api = RouteHandles::resolve(m, CHECK_API_ROUTE, (0..config.policies.len()).map(named));
+        let unmatched =
+            m.requests.get_or_create_owned(&RequestLabels { route: UNMATCHED_ROUTE.into(), outcome: "unlimited" });
+        Self { recorder: Recorder::new(observer, store, &config.decision_log), routes, api, unmatched }
+    }
+
+    /// The observer these handles report to.
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.recorder.observer
+    }
+
+    /// The decision log policy of this configuration.
+    pub fn log(&self) -> &DecisionLog {
+        &self.recorder.log
+    }
+
+    /// Counts a request that matched no route.
+    pub fn unmatched(&self) {
+        self.unmatched.inc();
+    }
+
+    /// Counts a request shed for overload.
+    pub fn shed(&self) {
+        self.observer().metrics().shed.inc();
+    }
+
+    fn handles(&self, route: Option<usize>) -> (Option<&RouteHandles>, Slots) {
+        match route {
+            Some(i) => (self.routes.get(i), Slots::Positions),
+            None => (Some(&self.api), Slots::Policies),
+        }
+    }
+
+    /// Counts a decided request of route `route` (`None`: the decision API) named `route_name`,
+    /// and picks its decision line, written by [`PendingLine::emit`] once the status is known.
+    pub fn record<'a>(&self, route: Option<usize>, route_name: &'a str, ruling: &'a Ruling<'_>) -> PendingLine<'a> {
+        let (h, slots) = self.handles(route);
+        self.recorder.record(h, slots, route_name, &Decided::of(ruling))
+    }
+
+    /// Counts the decision of route `route` (`None`: the decision API, whose limits are
+    /// indexed by policy) for `checks` (each at `positions[i]` among the route's limits): every
+    /// limit's own decision, the request's outcome, the durations. `policies` tells shadow
+    /// policies apart.
+    pub fn decided(
+        &self,
+        route: Option<usize>,
+        checks: &[Check],
+        positions: &[usize],
+        policies: &[PolicyInfo],
+        outcome: &Outcome,
+        timing: Timing,
+    ) {
+        let (h, slots) = self.handles(route);
+        self.recorder.decided(h, slots, checks, positions, policies, outcome, timing);
+    }
+
+    /// Which check of a decided request gets a log line, if any: the limit that denied (under
+    /// the denial cap), else a shadow limit that would have denied (under the cap), else, for a
+    /// failure mode's verdict, the limit closest to denying (under the cap), else that limit,
+    /// sampled. The sampling draw and the cap are taken here.
+    pub fn pick(&self, outcome: &Outcome) -> Option<(usize, &'static str)> {
+        self.recorder.pick(outcome)
+    }
+
+    /// Every configured limit's counts, route by route, then the decision API's policies that
+    /// decided anything.
+    pub fn counts(&self, config: &Config) -> Vec<LimitCounts> {
+        let info = |p: usize| {
+            let c = &config.policies[p];
+            PolicyInfo { name: c.name.clone(), policy: c.policy, shadow: c.shadow }
+        };
+        let mut out = Vec::new();
+        for (route, h) in config.routes.iter().zip(&self.routes) {
+            for (limit, c) in route.limits.iter().zip(&h.limits) {
+                out.push(LimitCounts::of(&route.name, &info(limit.policy), c));
+            }
+        }
+        for (p, c) in self.api.limits.iter().enumerate() {
+            let counts = LimitCounts::of(CHECK_API_ROUTE, &info(p), c);
+            if counts.any() {
+                out.push(counts);
+            }
+        }
+        out
+    }
+}
+
+/// Counts and logs the decisions of a face without a configuration — the tower layer (it is a
+/// [`sluice_http::layer::Observe`]), the seed service — in an [`Observer`]'s families, under the
+/// same names and labels as the gateway: a route's counters (one per policy of the store) are
+/// resolved the first time its name is seen ([`FaceObserver::route`] resolves one for good);
+/// route names come from code, never from requests.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_config::{KeySource, KeySpec};
+/// use sluice_core::{SystemClock, TokenBucket};
+/// use sluice_gateway::observe::{FaceObserver, Observer};
+/// use sluice_http::layer::RateLimitLayer;
+/// use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store};
+///
+/// let policy = NamedPolicy { name: "per-ip".into(), policy: TokenBucket::new(10, 1.0).unwrap().into() };
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new(vec![policy], MemoryOptions::default(), Arc::new(SystemClock::new())));
+/// let observer = Arc::new(Observer::new());
+/// let log = sluice_config::DecisionLog { sample: 0.0, denials_per_second: 100.0 };
+/// let layer = RateLimitLayer::builder(store.clone())
+///     .limit("per-ip", KeySpec { parts: vec![vec![KeySource::Ip]] })
+///     .route_name("api")
+///     .observe(Arc::new(FaceObserver::new(&observer, store.as_ref(), &log)))
+///     .build()
+///     .unwrap();
+/// # let _ = layer;
+/// // Serve `observer.metrics().render(Scrape::of(store.as_ref(), 0))` on the app's /metrics.
+/// ```
+#[derive(Debug)]
+pub struct FaceObserver {
+    /// Counting and logging on the face's store.
+    recorder: Recorder,
+    /// The store's policies, for the status page's counts.
+    policies: Vec<PolicyInfo>,
+    /// Each route name seen, with its counters (one per store policy).
+    routes: RwLock<Vec<(Box<str>, Arc<RouteHandles>)>>,
+    /// Requests that matched no limited route.
+    unmatched: Counter,
+}
+
+impl FaceObserver {
+    /// Counts into `observer`'s families the decisions made on `store`, logging them as `log`
+    /// says.
+    pub fn new(observer: &Arc<Observer>, store: &dyn Store, log: &sluice_config::DecisionLog) -> Self {
+        let m = observer.metrics();
+        let unmatched =
+            m.requests.get_or_create_owned(&RequestLabels { route: UNMATCHED_ROUTE.into(), outcome: "unlimited" });
+        let policies = store
+            .policies()
+            .iter()
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false })
+            .collect();
+        Self { recorder: Recorder::new(observer, store.kind(), log), policies, routes: RwLock::default(), unmatched }
+    }
+
+    /// The observer counted into.
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.recorder.observer
+    }
+
+    /// The counters of `route`, resolved on first use.
+    fn handles(&self, route: &str) -> Arc<RouteHandles> {
+        let found = |routes: &[(Box<str>, Arc<RouteHandles>)]| {
+            routes.iter().find(|(name, _)| &**name == route).map(|(_, h)| Arc::clone(h))
+        };
+        if let Some(h) = found(&self.routes.read().unwrap_or_else(|p| p.into_inner())) {
+            return h;
+        }
+        let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = found(&routes) {
+            return h;
+        }
+        let m = self.recorder.observer.metrics();
+        let h =
+            Arc::new(RouteHandles::resolve(m, route, self.policies.iter().map(|p| (p.name.as_str(), p.policy.name()))));
+        routes.push((route.into(), Arc::clone(&h)));
+        h
+    }
+
+    /// `route`, resolved now (its counters show at zero from now on): recording on it takes no
+    /// lock, for a face whose route is fixed (the seed service).
+    pub fn route(&self, route: &str) -> FaceRoute {
+        FaceRoute { recorder: self.recorder.clone(), handles: self.handles(route), name: route.into() }
+    }
+
+    /// Counts a request that no limit applies to.
+    pub fn unmatched(&self) {
+        self.unmatched.inc();
+    }
+
+    /// Every route seen, policy by policy: its counts so far.
+    pub fn counts(&self) -> Vec<LimitCounts> {
+        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
+        routes
+            .iter()
+            .flat_map(|(route, h)| h.limits.iter().zip(&self.policies).map(|(c, p)| LimitCounts::of(route, p, c)))
+            .collect()
+    }
+}
+
+/// One route of a [`FaceObserver`], its counters resolved ([`FaceObserver::route`]).
+#[derive(Debug, Clone)]
+pub struct FaceRoute {
+    /// Counting and logging on the face's store.
+    recorder: Recorder,
+    /// The route's counters, one per store policy.
+    handles: Arc<RouteHandles>,
+    /// The route's name.
+    name: Arc<str>,
+}
+
+impl FaceRoute {
+    /// Counts a decided request of this route (its checks name the store's policies, described
+    /// by `policies`) and picks its decision line, written by [`PendingLine::emit`].
+    pub fn record<'a>(
+        &'a self,
+        checks: &[Check],
+        kinds: &[KeyKind],
+        policies: &'a [PolicyInfo],
+        outcome: &Result<Outcome, StoreError>,
+        timing: Timing,
+    ) -> PendingLine<'a> {
+        let decided = Decided { checks, kinds, positions: &[], policies, outcome, timing };
+        self.recorder.record(Some(&self.handles), Slots::Policies, &self.name, &decided)
+    }
+}
+
+impl sluice_http::layer::Observe for FaceObserver {
+    fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16) {
+        let h = self.handles(route);
+        self.recorder.record(Some(&h), Slots::Policies, route, &Decided::of(ruling)).emit(status);
     }
 }

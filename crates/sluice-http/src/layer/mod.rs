@@ -17,10 +17,23 @@ use crate::enforce::Enforcer;
 use crate::identity::ClientIdentity;
 use crate::jwt::JwtVerifier;
 use crate::keys::{KeyBuilder, RequestFacts};
-use crate::pipeline::{Action, Limiter, jwt_pointers, route_path};
+use crate::pipeline::{Action, Limiter, Ruling, jwt_pointers, route_path};
 
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
+
+/// The route name the layer reports its decisions under when none is given.
+pub const DEFAULT_ROUTE_NAME: &str = "layer";
+
+/// Told of every decision the layer makes, once the response's status is known: where an
+/// application plugs in metrics and decision logs (`sluice_gateway::observe::FaceObserver`
+/// counts them under the gateway's names), without this crate depending on any of them.
+pub trait Observe: Send + Sync {
+    /// A request under the layer named `route` ([`RateLimitLayerBuilder::route_name`]) was
+    /// decided; `status` is the response's (the deny status, 503 when the store could not
+    /// decide, or the wrapped service's; 0 when the service failed without one).
+    fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16);
+}
 
 /// An error building the layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +80,10 @@ pub struct RateLimitLayerBuilder {
     peer: PeerFn,
     /// `[identity.jwt]`: how bearer tokens are verified for `jwt:` parts (none by default).
     jwt: Option<sluice_config::Jwt>,
+    /// The name decisions are reported under (a bounded label, never a request's path).
+    route: String,
+    /// Told of every decision, if set.
+    observer: Option<Arc<dyn Observe>>,
 }
 
 impl RateLimitLayerBuilder {
@@ -133,6 +150,19 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The name this layer's decisions are reported under to the observer (default
+    /// [`DEFAULT_ROUTE_NAME`]): a fixed name per layer, so metrics labels stay bounded.
+    pub fn route_name(mut self, name: &str) -> Self {
+        self.route = name.to_owned();
+        self
+    }
+
+    /// Tells `observer` of every decision (metrics, decision logs).
+    pub fn observe(mut self, observer: Arc<dyn Observe>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Checks the limits against the store's policies and builds the layer.
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
         let enforcer = Enforcer::of_store(self.store);
@@ -159,7 +189,8 @@ impl RateLimitLayerBuilder {
             self.headers,
             StatusCode::from_u16(self.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
         );
-        Ok(RateLimitLayer { shared: Arc::new(Shared { limiter, limits, peer: self.peer }) })
+        let (peer, route, observer) = (self.peer, self.route, self.observer);
+        Ok(RateLimitLayer { shared: Arc::new(Shared { limiter, limits, peer, route, observer }) })
     }
 }
 
@@ -171,6 +202,18 @@ struct Shared {
     limits: Vec<RouteLimit>,
     /// Finds the socket peer in a request's extensions (where depends on the server).
     peer: PeerFn,
+    /// The name decisions are reported under.
+    route: String,
+    /// Told of every decision, if set.
+    observer: Option<Arc<dyn Observe>>,
+}
+
+impl Shared {
+    fn observed(&self, ruling: &Ruling<'_>, status: u16) {
+        if let Some(o) = &self.observer {
+            o.decided(&self.route, ruling, status);
+        }
+    }
 }
 
 /// Rate-limits the wrapped service: a request passes only if every limit admits it; a denial
@@ -217,6 +260,8 @@ impl RateLimitLayer {
             user_header: None,
             peer: Arc::new(|ext| ext.get::<SocketAddr>().map(|a| a.ip())),
             jwt: None,
+            route: DEFAULT_ROUTE_NAME.to_owned(),
+            observer: None,
         }
     }
 }
@@ -284,18 +329,100 @@ where
             let ruling = shared.limiter.decide(checks).await;
             let delay = match ruling.action() {
                 Action::Admit { delay } => delay,
-                Action::Deny(answer) => return Ok(answer.into_response(R::from)),
+                Action::Deny(answer) => {
+                    shared.observed(&ruling, answer.status.as_u16());
+                    return Ok(answer.into_response(R::from));
+                }
                 Action::Unavailable(answer) => {
                     tracing::warn!(target: "sluice::store", "store could not decide; answering 503");
+                    shared.observed(&ruling, answer.status.as_u16());
                     return Ok(answer.into_response(R::from));
                 }
             };
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            let mut res = inner.call(req).await?;
+            let mut res = match inner.call(req).await {
+                Ok(res) => res,
+                Err(e) => {
+                    shared.observed(&ruling, 0);
+                    return Err(e);
+                }
+            };
             ruling.write_headers(res.headers_mut());
+            shared.observed(&ruling, res.status().as_u16());
             Ok(res)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use sluice_config::KeySource;
+    use sluice_core::{ManualClock, TokenBucket};
+    use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// Remembers what it is told: (route, allowed, status).
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<(String, bool, u16)>>);
+
+    impl Observe for Recording {
+        fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16) {
+            self.0.lock().unwrap().push((route.to_owned(), ruling.allowed(), status));
+        }
+    }
+
+    fn layer(name: Option<&str>, observer: Arc<Recording>) -> RateLimitLayer {
+        let bucket = TokenBucket::new(1, 0.001).unwrap().into();
+        let store = MemoryStore::new(
+            vec![NamedPolicy { name: "one".into(), policy: bucket }],
+            MemoryOptions::default(),
+            Arc::new(ManualClock::new(0)),
+        );
+        let b = RateLimitLayer::builder(Arc::new(store)).limit("one", KeySpec { parts: vec![vec![KeySource::Ip]] });
+        let b = match name {
+            Some(n) => b.route_name(n),
+            None => b,
+        };
+        b.observe(observer).build().unwrap()
+    }
+
+    async fn call(layer: &RateLimitLayer, fail: bool) -> Result<u16, &'static str> {
+        let service =
+            tower::ServiceBuilder::new().layer(layer.clone()).service_fn(move |_req: Request<()>| async move {
+                if fail {
+                    Err("the service failed")
+                } else {
+                    Ok(Response::new(http_body_util::Full::new(Bytes::new())))
+                }
+            });
+        let req = Request::builder().uri("/anything/at/all").body(()).unwrap();
+        service.oneshot(req).await.map(|r| r.status().as_u16())
+    }
+
+    #[tokio::test]
+    async fn the_observer_hears_every_decision_with_its_status_under_the_layers_name() {
+        let seen = Arc::new(Recording::default());
+        let named = layer(Some("api"), seen.clone());
+        assert_eq!(call(&named, false).await, Ok(200));
+        assert_eq!(call(&named, false).await, Ok(429));
+        let unnamed = layer(None, seen.clone());
+        assert_eq!(call(&unnamed, true).await, Err("the service failed"));
+        // A refused path is not decided, so not told.
+        let refused = tower::ServiceBuilder::new().layer(unnamed.clone()).service_fn(|_req: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::new(Bytes::new())))
+        });
+        let res = refused.oneshot(Request::builder().uri("/a%2Fb").body(()).unwrap()).await.unwrap();
+        assert_eq!(res.status(), 400);
+        let got = seen.0.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            [("api".to_owned(), true, 200), ("api".to_owned(), false, 429), (DEFAULT_ROUTE_NAME.to_owned(), true, 0)]
+        );
     }
 }

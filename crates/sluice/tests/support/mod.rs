@@ -59,8 +59,17 @@ pub struct Serve {
     child: Child,
     /// The port it listens on.
     pub port: u16,
-    // Kept open: the server prints more lines, and a closed pipe would fail its writes.
-    _stdout: BufReader<ChildStdout>,
+}
+
+/// Reads the server's further lines (decision lines, events) and drops them: a pipe nobody
+/// reads would fill and block the server's writes.
+fn drain(mut stdout: BufReader<ChildStdout>) {
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while stdout.read_line(&mut line).is_ok_and(|n| n > 0) {
+            line.clear();
+        }
+    });
 }
 
 impl Serve {
@@ -99,7 +108,8 @@ impl Serve {
             let _ = child.kill();
             panic!("unexpected first line from sluice serve: {line:?}");
         };
-        Self { child, port, _stdout: stdout }
+        drain(stdout);
+        Self { child, port }
     }
 
     /// `http://127.0.0.1:PORT` + `path`.
