@@ -33,6 +33,13 @@ pub(crate) struct Source<'a> {
 }
 
 impl Source<'_> {
+    /// A path named in the configuration: relative paths are taken from the config file's
+    /// folder.
+    pub(crate) fn beside(&self, path: &str) -> std::path::PathBuf {
+        let dir = std::path::Path::new(self.file).parent().unwrap_or(std::path::Path::new(""));
+        dir.join(path)
+    }
+
     pub fn line_of(&self, offset: usize) -> usize {
         let end = offset.min(self.text.len());
         self.text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1

@@ -9,7 +9,7 @@ use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
 use crate::model::{Identity, Jwt, JwtAlgorithm, JwtKey, JwtKeyMaterial, OnInvalidToken, TokenSource};
 use crate::raw::{RawIdentity, RawJwk, RawJwks, RawJwt};
-use crate::validate::{beside_config, secret};
+use crate::secret::read_secret;
 
 /// Verified tokens remembered by default (and, apart, as many invalid ones).
 pub const DEFAULT_JWT_CACHE_ENTRIES: usize = 10_000;
@@ -30,12 +30,17 @@ pub(crate) fn identity(src: &Source<'_>, raw: Option<Spanned<RawIdentity>>) -> R
     let err =
         |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("identity.jwt.{field}"), msg);
     let mut keys = Vec::new();
-    let hs =
-        secret(src, &span, "identity.jwt", "hs256_secret", (j.hs256_secret, j.hs256_secret_file, j.hs256_secret_env))?;
+    let hs = read_secret(
+        src,
+        &span,
+        "identity.jwt",
+        "hs256_secret",
+        (j.hs256_secret, j.hs256_secret_file, j.hs256_secret_env),
+    )?;
     if let Some(s) = hs {
         keys.push(JwtKey { kid: None, algorithm: JwtAlgorithm::Hs256, material: JwtKeyMaterial::Secret(s) });
     }
-    let jwks_file = j.jwks_file.map(|f| beside_config(src, &f));
+    let jwks_file = j.jwks_file.map(|f| src.beside(&f));
     if let Some(path) = &jwks_file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err("jwks_file", format!("cannot read `{}`: {e}", path.display())))?;

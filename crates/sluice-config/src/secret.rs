@@ -2,6 +2,9 @@
 //! `Display`, not in `check-config` or `/config`.
 
 use std::fmt;
+use std::ops::Range;
+
+use crate::error::{ConfigError, Source};
 
 /// A secret value (a key secret, a bearer token). `Debug` and `Display` print `<redacted>`;
 /// [`Secret::expose`] is the one way to the value, so every use of it is easy to find.
@@ -93,4 +96,38 @@ impl fmt::Display for SecretUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
     }
+}
+
+/// A secret given inline as `{base}`, in a file `{base}_file` (relative to the config file's
+/// folder; one trailing newline dropped), or in the environment variable `{base}_env` names: at
+/// most one of the three.
+pub(crate) fn read_secret(
+    src: &Source<'_>,
+    span: &Range<usize>,
+    table: &str,
+    base: &str,
+    (inline, file, env): (Option<String>, Option<String>, Option<String>),
+) -> Result<Option<Secret>, ConfigError> {
+    let field = |suffix: &str| format!("{base}{suffix}");
+    let err = |f: String, msg: String| src.error(Some(src.field_line(span, &f)), format!("{table}.{f}"), msg);
+    let given = [inline.is_some(), file.is_some(), env.is_some()].iter().filter(|&&g| g).count();
+    if given > 1 {
+        return Err(err(field(""), format!("give one of `{base}`, `{base}_file` and `{base}_env`, not several")));
+    }
+    let value = match (inline, file, env) {
+        (Some(v), _, _) => v,
+        (_, Some(path), _) => {
+            let full = src.beside(&path);
+            let text = std::fs::read_to_string(&full)
+                .map_err(|e| err(field("_file"), format!("cannot read `{}`: {e}", full.display())))?;
+            text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string()
+        }
+        (_, _, Some(var)) => std::env::var(&var)
+            .map_err(|_| err(field("_env"), format!("the environment variable `{var}` is not set (or not text)")))?,
+        (None, None, None) => return Ok(None),
+    };
+    if value.len() < 16 {
+        return Err(err(field(""), "must be at least 16 characters (use a long random string)".into()));
+    }
+    Ok(Some(Secret::new(value)))
 }

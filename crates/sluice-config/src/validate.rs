@@ -16,7 +16,7 @@ use crate::error::{ConfigError, Source};
 use crate::model::*;
 use crate::path::{normalize_path, request_path};
 use crate::raw::*;
-use crate::secret::{Secret, SecretUrl};
+use crate::secret::{SecretUrl, read_secret};
 
 /// The largest sliding-log limit: its state holds one timestamp per admitted unit of cost.
 pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
@@ -111,46 +111,6 @@ fn addr(src: &Source<'_>, span: &Range<usize>, table: &str, field: &str, v: &str
     })
 }
 
-/// A secret given inline as `{base}`, in a file `{base}_file` (relative to the config file's
-/// folder; one trailing newline dropped), or in the environment variable `{base}_env` names: at
-/// most one of the three.
-pub(crate) fn secret(
-    src: &Source<'_>,
-    span: &Range<usize>,
-    table: &str,
-    base: &str,
-    (inline, file, env): (Option<String>, Option<String>, Option<String>),
-) -> Result<Option<Secret>, ConfigError> {
-    let field = |suffix: &str| format!("{base}{suffix}");
-    let err = |f: String, msg: String| src.error(Some(src.field_line(span, &f)), format!("{table}.{f}"), msg);
-    let given = [inline.is_some(), file.is_some(), env.is_some()].iter().filter(|&&g| g).count();
-    if given > 1 {
-        return Err(err(field(""), format!("give one of `{base}`, `{base}_file` and `{base}_env`, not several")));
-    }
-    let value = match (inline, file, env) {
-        (Some(v), _, _) => v,
-        (_, Some(path), _) => {
-            let full = beside_config(src, &path);
-            let text = std::fs::read_to_string(&full)
-                .map_err(|e| err(field("_file"), format!("cannot read `{}`: {e}", full.display())))?;
-            text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_string()
-        }
-        (_, _, Some(var)) => std::env::var(&var)
-            .map_err(|_| err(field("_env"), format!("the environment variable `{var}` is not set (or not text)")))?,
-        (None, None, None) => return Ok(None),
-    };
-    if value.len() < 16 {
-        return Err(err(field(""), "must be at least 16 characters (use a long random string)".into()));
-    }
-    Ok(Some(Secret::new(value)))
-}
-
-/// A path named in the configuration: relative paths are taken from the config file's folder.
-pub(crate) fn beside_config(src: &Source<'_>, path: &str) -> std::path::PathBuf {
-    let dir = std::path::Path::new(src.file).parent().unwrap_or(std::path::Path::new(""));
-    dir.join(path)
-}
-
 fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Server, Option<bool>), ConfigError> {
     let (span, s) = match raw {
         Some(s) => (s.span(), s.into_inner()),
@@ -217,7 +177,8 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
     if max_body_reads_per_client == 0 {
         return Err(err("max_body_reads_per_client", "must be at least 1".into()));
     }
-    let key_secret = secret(src, &span, "server", "key_secret", (s.key_secret, s.key_secret_file, s.key_secret_env))?;
+    let key_secret =
+        read_secret(src, &span, "server", "key_secret", (s.key_secret, s.key_secret_file, s.key_secret_env))?;
     let server = Server {
         listen,
         trusted_proxies,
@@ -260,7 +221,7 @@ fn decision_api(
             })
             .collect::<Result<_, _>>()?,
     };
-    let token = secret(src, &span, "decision_api", "token", (d.token, d.token_file, d.token_env))?;
+    let token = read_secret(src, &span, "decision_api", "token", (d.token, d.token_file, d.token_env))?;
     if d.max_cost == Some(0) {
         return Err(err("max_cost", "must be at least 1".into()));
     }
@@ -724,8 +685,7 @@ fn snapshot(src: &Source<'_>, s: &RawStore) -> Result<Option<Snapshot>, (&'stati
     if interval < 100 * NANOS_PER_MILLI {
         return Err(("snapshot_interval", "must be at least 100ms (each write is the whole state)".into()));
     }
-    let dir = std::path::Path::new(src.file).parent().unwrap_or(std::path::Path::new(""));
-    Ok(Some(Snapshot { path: dir.join(path), interval }))
+    Ok(Some(Snapshot { path: src.beside(path), interval }))
 }
 
 /// `when_full`, `fold_width` and `fold_depth` of a memory store, or the field at fault and why.
