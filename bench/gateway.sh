@@ -11,6 +11,8 @@
 # nginx answers from a content handler (a static file): `return` would run before limit_req.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
@@ -37,7 +39,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 NGX=$(free_port); UP=$(free_port)
@@ -97,21 +98,7 @@ S_SHUT=$(start_seed 1 0.0001)
 
 # sluice, proxy mode: the same limits, forwarding to the same upstream as nginx.
 SP=$(free_port)
-cat > "$dir/proxy.toml" <<TOML
-[server]
-listen = "127.0.0.1:$SP"
-headers = ["draft-6"]
-[upstream]
-url = "http://127.0.0.1:$UP"
-[[policy]]
-name = "open"
-algorithm = "token-bucket"
-capacity = 1000000000
-refill_per_second = 100000000
-[[route]]
-path = "/hello.json"
-limits = [{ policy = "open", key = "ip" }]
-TOML
+proxy_toml "$SP" "$UP" > "$dir/proxy.toml"
 "$SLUICE" serve --config "$dir/proxy.toml" >/dev/null 2>&1 &
 pids+=($!); wait_port "$SP"
 

@@ -319,21 +319,7 @@ impl RedisStore {
         match self.options.on_error {
             OnError::FailOpen => {
                 bump(&self.counters.fail_open);
-                let decisions = checks
-                    .iter()
-                    .map(|c| {
-                        let limit = self.plans[c.policy].limit;
-                        Decision {
-                            allowed: true,
-                            limit,
-                            remaining: limit - c.cost,
-                            reset_after: 0,
-                            retry_after: 0,
-                            delay: 0,
-                        }
-                    })
-                    .collect();
-                let verdict = Verdict { allowed: true, decisions };
+                let verdict = Verdict::admitted_undecided(checks, |p| self.plans[p].limit);
                 Ok((SourcedVerdict { verdict, source: Source::FailOpen }, Some(error)))
             }
             OnError::FailClosed => {

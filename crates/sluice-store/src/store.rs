@@ -41,6 +41,33 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// What a failure mode that admits without deciding (fail-open) answers: every check allowed,
+    /// as if it had been charged its cost from a full limit; `limit` gives a policy's limit.
+    ///
+    /// ```
+    /// use sluice_store::{Check, KeyHash, Verdict};
+    /// let checks = [Check { policy: 0, key: KeyHash([1; 16]), cost: 2 }];
+    /// let v = Verdict::admitted_undecided(&checks, |_| 10);
+    /// assert!(v.allowed && v.decisions[0].remaining == 8 && v.decisions[0].retry_after == 0);
+    /// ```
+    pub fn admitted_undecided(checks: &[Check], limit: impl Fn(usize) -> u64) -> Verdict {
+        let decisions = checks
+            .iter()
+            .map(|c| {
+                let limit = limit(c.policy);
+                Decision {
+                    allowed: true,
+                    limit,
+                    remaining: limit.saturating_sub(c.cost),
+                    reset_after: 0,
+                    retry_after: 0,
+                    delay: 0,
+                }
+            })
+            .collect();
+        Verdict { allowed: true, decisions }
+    }
+
     /// Index of the decision closest to denying (see [`Decision::tighter`]): the limit that
     /// denied, or the one to describe in response headers. `None` when there were no checks.
     pub fn tightest(&self) -> Option<usize> {

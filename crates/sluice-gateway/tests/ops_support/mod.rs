@@ -167,21 +167,7 @@ impl Shared {
         match self.mode() {
             Mode::Up => Ok(Reported { verdict: decide(&self.inner)?, degraded: None }),
             Mode::FailOpen => {
-                let decisions = checks
-                    .iter()
-                    .map(|c| {
-                        let limit = self.inner.policies()[c.policy].policy.limit();
-                        sluice_core::Decision {
-                            allowed: true,
-                            limit,
-                            remaining: limit - c.cost,
-                            reset_after: 0,
-                            retry_after: 0,
-                            delay: 0,
-                        }
-                    })
-                    .collect();
-                let verdict = Verdict { allowed: true, decisions };
+                let verdict = Verdict::admitted_undecided(checks, |p| self.inner.policies()[p].policy.limit());
                 Ok(Reported { verdict, degraded: Some(Degraded { mode: "fail-open", error: down() }) })
             }
             Mode::Local => {
