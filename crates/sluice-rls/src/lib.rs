@@ -7,6 +7,12 @@
 //! by default, `sliding-log`, `sliding-window`, `token-bucket` and `leaky-bucket` with
 //! `burst`) and any period (`unit_multiplier`, or `window: 30s`).
 //!
+//! Its decisions are counted and logged as the gateway's are, under the same metric names and
+//! decision line fields ([`sluice_gateway::observe::FaceObserver`]), with `route` `rls:<domain>`
+//! for the configured domains only; [`Rls::with_observer`] counts into the gateway's observer,
+//! so that `sluice serve` shows both on one admin listener ([`admin::WithRls`]). The service's
+//! own port keeps envoyproxy/ratelimit's kind of counters (`sluice_rls_*`) on `GET /metrics`.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{RateLimitDescriptor, rate_limit_descriptor::Entry};
@@ -31,9 +37,12 @@
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! let codes: Vec<i32> = (0..3).map(|_| rt.block_on(rls.should_rate_limit(&request)).unwrap().overall_code).collect();
 //! assert_eq!(codes, [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]);
+//! let counted = rls.counts().into_iter().find(|c| c.route == "rls:api").unwrap();
+//! assert_eq!((counted.allowed, counted.denied), (2, 1));
 //! std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+pub mod admin;
 pub mod descriptors;
 mod error;
 pub mod grpc;
@@ -51,4 +60,4 @@ pub use error::RlsConfigError;
 pub use loader::{dangling_replaces, load_dir, parse_file};
 pub use server::{reload_on_hangup, serve};
 pub use service::{Rls, RlsError, UNLIMITED_REMAINING};
-pub use snapshot::MAX_OVERRIDE_POLICIES;
+pub use snapshot::{MAX_OVERRIDE_POLICIES, ROUTE_PREFIX, UNKNOWN_DOMAIN_ROUTE};

@@ -16,15 +16,17 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use http::HeaderMap;
 use sluice_config::{Config, RlsCharge};
 use sluice_core::{AlgorithmKind, Clock, Decision, NANOS_PER_SEC, Nanos, Policy};
+use sluice_gateway::observe::{LimitCounts, Observer, PendingLine};
 use sluice_gateway::stores::StoreBuilder;
 use sluice_http::headers::{LimitView, write_denied, write_rate_limit_headers};
-use sluice_http::pipeline::Checks;
+use sluice_http::pipeline::{Checks, Ruling};
 use sluice_store::{Check, KeyHasher, StoreError};
 use thiserror::Error;
 use tonic::Status;
 
 use crate::descriptors::Limit;
 use crate::error::RlsConfigError;
+use crate::json::status_of;
 use crate::loader::load_dir;
 use crate::metrics::{Metrics, Result as Outcome};
 use crate::rate_limit::{Rule, Unit, policy};
@@ -61,7 +63,7 @@ pub struct Rls {
     clock: Arc<dyn Clock>,
     /// Serialises reloads and override registration.
     rebuilding: Mutex<()>,
-    /// Counters per domain and descriptor.
+    /// Counters per domain and descriptor (envoyproxy/ratelimit's, on the service's port).
     metrics: Metrics,
 }
 
@@ -100,15 +102,28 @@ struct Report {
 
 impl Rls {
     /// The service of `config.rls` (its descriptor directory and charging) under `config`'s
-    /// `[store]` (built by `builder`) and `[server]` key secret and header styles; `clock` gives
-    /// the time for `duration_until_reset` (the clock the store reads, for the memory store).
+    /// `[store]` (built by `builder`), `[server]` key secret and header styles and
+    /// `[decision_log]`; `clock` gives the time for `duration_until_reset` (the clock the store
+    /// reads, for the memory store). Its decisions are counted in an [`Observer`] of its own.
     pub fn new(config: &Config, builder: Box<dyn StoreBuilder>, clock: Arc<dyn Clock>) -> Result<Rls, RlsError> {
+        Rls::with_observer(config, builder, clock, Arc::new(Observer::new()))
+    }
+
+    /// Like [`Rls::new`], counting decisions into `observer`'s families (the gateway's, beside
+    /// it: one scrape of its admin listener shows both) under the gateway's metric names, the
+    /// `route` of a domain being `rls:<domain>`, and logging them through its decision log.
+    pub fn with_observer(
+        config: &Config,
+        builder: Box<dyn StoreBuilder>,
+        clock: Arc<dyn Clock>,
+        observer: Arc<Observer>,
+    ) -> Result<Rls, RlsError> {
         let rls = config.rls.as_ref().ok_or(RlsError::NotConfigured)?;
         let hasher = match &config.server.key_secret {
             Some(s) => KeyHasher::from_secret(s.expose().as_bytes()),
             None => KeyHasher::random(),
         };
-        let env = Env { base: config.clone(), builder, hasher, styles: config.server.headers.clone() };
+        let env = Env { base: config.clone(), builder, hasher, styles: config.server.headers.clone(), observer };
         let descriptors = load_dir(&rls.descriptors)?;
         let snapshot = Snapshot::build(&env, descriptors, Vec::new(), None).map_err(RlsError::Store)?;
         let metrics = Metrics::new();
@@ -137,9 +152,20 @@ impl Rls {
         result
     }
 
-    /// The metrics, in Prometheus text format.
+    /// The `sluice_rls_*` metrics (envoyproxy/ratelimit's kind), in Prometheus text format.
     pub fn metrics_text(&self) -> String {
         self.metrics.encode()
+    }
+
+    /// The observer its decisions are counted into.
+    pub fn observer(&self) -> &Arc<Observer> {
+        &self.env.observer
+    }
+
+    /// Each loaded domain's route, policy by policy: its decisions so far (the status page's
+    /// rows).
+    pub fn counts(&self) -> Vec<LimitCounts> {
+        self.current.load().observed.counts()
     }
 
     /// Names of the loaded domains.
@@ -313,7 +339,16 @@ impl Rls {
                 _ => None,
             })
             .collect();
-        let decisions = self.decide_checks(&snap, &checks, &live, over_without_store).await?;
+        let (ruling, decided) = self.decide_checks(&snap, &checks, &live, over_without_store).await;
+        let line = record(&snap, domain, ruling, over_without_store);
+        let decisions = match decided {
+            Ok(d) => d,
+            Err(s) => {
+                // The status `POST /json` answers a store failure with.
+                emit(line, http::StatusCode::INTERNAL_SERVER_ERROR.as_u16());
+                return Err(s);
+            }
+        };
 
         // Answer.
         let now = self.clock.now();
@@ -371,12 +406,14 @@ impl Rls {
             statuses.push(status);
         }
         let headers = self.headers(describe.as_ref(), over, now);
-        Ok(RateLimitResponse {
+        let response = RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add: headers,
             ..Default::default()
-        })
+        };
+        emit(line, status_of(&response).as_u16());
+        Ok(response)
     }
 
     /// A slot for a check of policy `pi`: over the limit when the cost exceeds what the policy
@@ -396,40 +433,65 @@ impl Rls {
         Slot::Store(checks.len() - 1)
     }
 
-    /// Decides `checks` (those in `live`) as configured; returns one decision per check.
-    async fn decide_checks(
+    /// Decides `checks` (those in `live`) as configured; returns the ruling that is the
+    /// request's decision (to be counted and logged: the store's decisions at the descriptors'
+    /// costs, none when the store was only asked what is left) and one decision per check.
+    async fn decide_checks<'s>(
         &self,
-        snap: &Snapshot,
+        snap: &'s Snapshot,
         checks: &[Check],
         live: &[usize],
         denied_already: bool,
-    ) -> Result<Vec<Option<Decision>>, Status> {
+    ) -> (Option<Ruling<'s>>, Result<Vec<Option<Decision>>, Status>) {
         let mut out = vec![None; checks.len()];
         if live.is_empty() {
-            return Ok(out);
+            return (None, Ok(out));
         }
         let pick = |idx: &[usize], cost: Option<u64>| -> Vec<Check> {
             idx.iter().map(|&i| Check { cost: cost.unwrap_or(checks[i].cost), ..checks[i] }).collect()
         };
         let independent = self.charge == RlsCharge::Independent;
         if independent && !denied_already {
+            let mut decided: Option<Ruling<'s>> = None;
             for &i in live {
-                let d = self.ask(snap, vec![checks[i]]).await?;
-                out[i] = d.into_iter().next();
+                let ruling = rule(snap, vec![checks[i]]).await;
+                let d = ruling.outcome.as_ref().map(|o| o.decisions[0]).map_err(store_status);
+                decided = Some(match decided {
+                    None => ruling,
+                    Some(r) => r.then(ruling),
+                });
+                match d {
+                    Ok(d) => out[i] = Some(d),
+                    Err(s) => return (decided, Err(s)),
+                }
             }
-            return Ok(out);
+            return (decided, Ok(out));
         }
         if denied_already {
             // Another descriptor is over the limit whatever the store says: charge nothing
-            // (all-or-nothing), or, as envoyproxy/ratelimit does, each descriptor on its own.
-            let decided = self.ask(snap, pick(live, if independent { None } else { Some(0) })).await?;
-            for (&i, d) in live.iter().zip(decided) {
-                out[i] = Some(d);
-            }
-            return Ok(out);
+            // (all-or-nothing: the store is only asked what is left, which decides nothing, but
+            // its failure, or a failure mode's answer, is counted), or, as envoyproxy/ratelimit
+            // does, each descriptor on its own.
+            let ruling = rule(snap, pick(live, if independent { None } else { Some(0) })).await;
+            let decided = ruling.outcome.as_ref().map(|o| o.decisions.clone()).map_err(store_status);
+            let failed = ruling.outcome.as_ref().map_or(true, |o| o.degraded.is_some());
+            let recorded = (independent || failed).then_some(ruling);
+            let decided = decided.map(|d| {
+                for (&i, d) in live.iter().zip(d) {
+                    out[i] = Some(d);
+                }
+                out
+            });
+            return (recorded, decided);
         }
-        let ruling = snap.limiter.decide(Checks::new(pick(live, None), vec!["rls"; live.len()])).await;
-        let outcome = ruling.outcome.map_err(store_status)?;
+        let mut ruling = rule(snap, pick(live, None)).await;
+        let outcome = match &ruling.outcome {
+            Ok(o) => o,
+            Err(e) => {
+                let status = store_status(e);
+                return (Some(ruling), Err(status));
+            }
+        };
         // Of a denied request, the checks that admitted were charged nothing (and a store may
         // not even have consulted them: Redis's deny cache), nor were shadow checks: ask what
         // they hold, at no cost.
@@ -444,19 +506,22 @@ impl Rls {
             }
         }
         if !peek.is_empty() {
-            let decided = self.ask(snap, pick(&peek, Some(0))).await?;
-            for (&i, d) in peek.iter().zip(decided) {
-                out[i] = Some(d);
+            let peeked = rule(snap, pick(&peek, Some(0))).await;
+            match peeked.outcome {
+                Ok(o) => {
+                    for (&i, d) in peek.iter().zip(o.decisions) {
+                        out[i] = Some(d);
+                    }
+                }
+                // The answer fails: so does the request's decision, counted as the store's error.
+                Err(e) => {
+                    let status = store_status(&e);
+                    ruling.outcome = Err(e);
+                    return (Some(ruling), Err(status));
+                }
             }
         }
-        Ok(out)
-    }
-
-    /// One pipeline call for `checks`; their decisions in order.
-    async fn ask(&self, snap: &Snapshot, checks: Vec<Check>) -> Result<Vec<Decision>, Status> {
-        let n = checks.len();
-        let ruling = snap.limiter.decide(Checks::new(checks, vec!["rls"; n])).await;
-        Ok(ruling.outcome.map_err(store_status)?.decisions)
+        (Some(ruling), Ok(out))
     }
 
     fn status(&self, r: &Report, d: &Decision, until: Nanos, label: &(String, String), cost: u64) -> DescriptorStatus {
@@ -536,6 +601,47 @@ fn duration(n: Nanos) -> PbDuration {
     PbDuration { seconds: (n / NANOS_PER_SEC) as i64, nanos: (n % NANOS_PER_SEC) as i32 }
 }
 
-fn store_status(e: StoreError) -> Status {
+fn store_status(e: &StoreError) -> Status {
     Status::unavailable(format!("the store could not decide: {e}"))
+}
+
+/// One pipeline call for `checks`.
+async fn rule(snap: &Snapshot, checks: Vec<Check>) -> Ruling<'_> {
+    let n = checks.len();
+    snap.limiter.decide(Checks::new(checks, vec!["rls"; n])).await
+}
+
+/// Counts a request's decision in the route of its `domain`, as the gateway counts its own, and
+/// picks its decision line. `ruling` is what the store decided at the descriptors' costs; none
+/// when it decided nothing: a request no limit applied to counts as `unmatched`, one over a
+/// limit the store never sees (`requests_per_unit: 0`, a cost above the limit) only in
+/// `sluice_rls_descriptors_total`. Such a descriptor denies the request whatever the store
+/// decided (`over_without_store`): the request counts as denied, and gets a decision line only
+/// when a store check denied too.
+fn record<'s>(
+    snap: &'s Snapshot,
+    domain: &str,
+    ruling: Option<Ruling<'_>>,
+    over_without_store: bool,
+) -> Option<PendingLine<'s>> {
+    let Some(mut ruling) = ruling else {
+        if !over_without_store {
+            snap.observed.unmatched();
+        }
+        return None;
+    };
+    if over_without_store && let Ok(o) = &mut ruling.outcome {
+        o.allowed = false;
+        o.describe = o.describe.filter(|&i| !o.decisions[i].allowed);
+    }
+    let route = snap.route(domain);
+    Some(route.record(&ruling.checks, &ruling.kinds, snap.limiter.policies(), &ruling.outcome, ruling.timing))
+}
+
+/// Writes a request's decision line, if it has one, with the HTTP status of its answer (what
+/// `POST /json` answers; gRPC carries the same code in its message).
+fn emit(line: Option<PendingLine<'_>>, status: u16) {
+    if let Some(line) = line {
+        line.emit(status);
+    }
 }

@@ -1,16 +1,20 @@
 //! What one load of the descriptor directory decides with: the descriptors, their policies,
-//! the store and the pipeline's [`Limiter`] over it. Swapped whole on reload.
+//! the store and the pipeline's [`Limiter`] over it, and the route each domain's decisions are
+//! counted under. Swapped whole on reload.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use http::StatusCode;
 use sluice_config::{Config, HeaderStyle, PolicyConfig};
 use sluice_core::{Policy, format_duration};
+use sluice_gateway::observe::{FaceObserver, FaceRoute, Observer};
 use sluice_gateway::stores::StoreBuilder;
 use sluice_http::enforce::Enforcer;
 use sluice_http::identity::ClientIdentity;
 use sluice_http::keys::KeyBuilder;
 use sluice_http::pipeline::Limiter;
 use sluice_store::{KeyHash, KeyHasher};
-use std::collections::HashMap;
 
 use crate::descriptors::Descriptors;
 use crate::rate_limit::Rule;
@@ -19,6 +23,14 @@ use crate::rate_limit::Rule;
 /// written in Envoy's route configuration, so a handful is usual; the bound keeps a client that
 /// sends arbitrary overrides from growing the store's policy list without end.
 pub const MAX_OVERRIDE_POLICIES: usize = 256;
+
+/// What the `route` label (and decision log field) of a configured domain's decisions starts
+/// with: `rls:` and the domain, as its file names it.
+pub const ROUTE_PREFIX: &str = "rls:";
+
+/// The `route` of decisions in a domain no file configures (only `limit` overrides reach the
+/// store there): one fixed name, so a request's domain never becomes a label.
+pub const UNKNOWN_DOMAIN_ROUTE: &str = "rls:(unknown)";
 
 /// One load: descriptors, policies, store, limiter.
 pub(crate) struct Snapshot {
@@ -34,6 +46,13 @@ pub(crate) struct Snapshot {
     pub overrides: Vec<Policy>,
     /// The pipeline: enforcer over the store, key hasher, header styles.
     pub limiter: Limiter,
+    /// Counts and logs this load's decisions under the gateway's metric names.
+    pub observed: FaceObserver,
+    /// Each configured domain's route, `rls:<domain>`, counting its own policies and the
+    /// overrides'.
+    routes: HashMap<String, FaceRoute>,
+    /// [`UNKNOWN_DOMAIN_ROUTE`], resolved when first decided on.
+    unknown: OnceLock<FaceRoute>,
 }
 
 /// What every load is built from.
@@ -46,6 +65,8 @@ pub(crate) struct Env {
     pub hasher: KeyHasher,
     /// Header styles of `response_headers_to_add`.
     pub styles: Vec<HeaderStyle>,
+    /// The metric families and decision log sources counted into (the gateway's, beside it).
+    pub observer: Arc<Observer>,
 }
 
 impl Snapshot {
@@ -65,7 +86,7 @@ impl Snapshot {
                 policies.len() - 1
             })
         };
-        let limit_policy = descriptors
+        let limit_policy: Vec<Option<usize>> = descriptors
             .limits
             .iter()
             .map(|l| match l.rate.rule {
@@ -73,15 +94,14 @@ impl Snapshot {
                 Rule::Unlimited | Rule::Zero => None,
             })
             .collect();
-        for p in &overrides {
-            intern(*p, false);
-        }
+        let overridden: Vec<usize> = overrides.iter().map(|p| intern(*p, false)).collect();
         let mut config = env.base.clone();
         config.policies = policies.clone();
         let store = env
             .builder
             .build(&config, previous.map(|s| s.limiter.enforcer().store()))
             .map_err(|e| format!("cannot build the store: {e}"))?;
+        let observed = FaceObserver::new(&env.observer, store.as_ref(), &env.base.decision_log);
         let limiter = Limiter::new(
             Enforcer::of_config(store, &config),
             KeyBuilder::new(env.hasher.clone(), None),
@@ -89,7 +109,35 @@ impl Snapshot {
             env.styles.clone(),
             StatusCode::TOO_MANY_REQUESTS,
         );
-        Ok(Snapshot { descriptors, limit_policy, policies, by_policy, overrides, limiter })
+        let routes = domain_policies(&descriptors, &limit_policy, &overridden)
+            .into_iter()
+            .map(|(domain, among)| {
+                let route = observed.route_among(&format!("{ROUTE_PREFIX}{domain}"), &among);
+                (domain, route)
+            })
+            .collect();
+        Ok(Snapshot {
+            descriptors,
+            limit_policy,
+            policies,
+            by_policy,
+            overrides,
+            limiter,
+            observed,
+            routes,
+            unknown: OnceLock::new(),
+        })
+    }
+
+    /// The route `domain`'s decisions are counted under: its own, or [`UNKNOWN_DOMAIN_ROUTE`]
+    /// for a domain no file configures.
+    pub fn route(&self, domain: &str) -> &FaceRoute {
+        self.routes.get(domain).unwrap_or_else(|| {
+            self.unknown.get_or_init(|| {
+                let overridden: Vec<usize> = self.overrides.iter().filter_map(|p| self.policy_index(p)).collect();
+                self.observed.route_among(UNKNOWN_DOMAIN_ROUTE, &overridden)
+            })
+        })
     }
 
     /// The index of an unshadowed `policy`, if this load has it.
@@ -103,6 +151,27 @@ impl Snapshot {
     pub fn key(&self, policy: usize, domain: &str, entries: &[(&str, &str)]) -> KeyHash {
         self.limiter.keys().descriptor(&self.policies[policy].name, domain, entries)
     }
+}
+
+/// Each domain with the policies its decisions can use, sorted: those of its limits and every
+/// override's (overrides may come in any domain's requests).
+fn domain_policies(
+    descriptors: &Descriptors,
+    limit_policy: &[Option<usize>],
+    overridden: &[usize],
+) -> HashMap<String, Vec<usize>> {
+    let mut out: HashMap<String, Vec<usize>> =
+        descriptors.domains.keys().map(|d| (d.clone(), overridden.to_vec())).collect();
+    for (limit, policy) in descriptors.limits.iter().zip(limit_policy) {
+        if let (Some(p), Some(among)) = (policy, out.get_mut(&limit.domain)) {
+            among.push(*p);
+        }
+    }
+    for among in out.values_mut() {
+        among.sort_unstable();
+        among.dedup();
+    }
+    out
 }
 
 /// A policy's name, in headers (`ietf`), logs and Redis keys (so only letters, digits and

@@ -12,6 +12,8 @@ use sluice_gateway::gateway::Gateway;
 use sluice_gateway::observe;
 use sluice_gateway::seed::{SeedConfig, SeedService};
 use sluice_gateway::serve::{Listeners, serve_per_core, termination};
+use sluice_rls::Rls;
+use sluice_rls::admin::WithRls;
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
 use tokio::net::TcpListener;
 
@@ -106,26 +108,34 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway::new(config, stores)?);
     let listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listeners.local_addr();
+    let rls = start_rls(&gateway).await?;
     // The admin listener (metrics, health, config) is apart from client traffic; it stops
-    // once client requests are drained.
+    // once client requests are drained. The rate-limit service counts into the gateway's
+    // observer: one scrape shows every face.
     let admin = match gateway.config().config.admin.as_ref().map(|a| a.listen) {
         Some(at) => {
             let l = TcpListener::bind(at).await.with_context(|| format!("cannot listen on {at} (admin)"))?;
             let admin_addr = l.local_addr()?;
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let task = tokio::spawn(serve_admin(l, gateway.clone(), async move {
+            let shutdown = async move {
                 let _ = stopped.await;
-            }));
+            };
+            let task = match &rls {
+                Some(r) => {
+                    let view = WithRls::new(gateway.clone(), r.rls.clone());
+                    tokio::spawn(serve_inspected(l, Arc::new(view), shutdown))
+                }
+                None => tokio::spawn(serve_admin(l, gateway.clone(), shutdown)),
+            };
             Some((admin_addr, stop, task))
         }
         None => None,
     };
-    let rls = start_rls(&gateway.config().config).await?;
     let stop = termination();
     tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone()));
     observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
-    if let Some((line, ..)) = &rls {
-        println!("{line}");
+    if let Some(r) = &rls {
+        println!("{}", r.line);
     }
     let interval_writes = snapshots.clone().map(|s| tokio::spawn(s.write_every_interval()));
     serve_per_core(listeners, gateway, stop, drain).await?;
@@ -137,19 +147,22 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
         let _ = stop.send(());
         let _ = task.await;
     }
-    if let Some((_, stop, task)) = rls {
-        let _ = stop.send(());
-        let _ = task.await;
+    if let Some(r) = rls {
+        let _ = r.stop.send(());
+        let _ = r.task.await;
     }
     observe::stopped();
     Ok(())
 }
 
-/// Envoy's rate-limit service (`[rls]`) beside the gateway, on this runtime; SIGHUP reloads its
-/// descriptor directory too. Returns its listening line and what stops it.
-async fn start_rls(config: &sluice_config::Config) -> anyhow::Result<Option<RlsTask>> {
+/// Envoy's rate-limit service (`[rls]`) beside the gateway, on this runtime, counting into the
+/// gateway's observer; SIGHUP reloads its descriptor directory too.
+async fn start_rls(gateway: &Gateway) -> anyhow::Result<Option<RlsTask>> {
+    let config = &gateway.config().config;
     let Some(settings) = &config.rls else { return Ok(None) };
-    let rls = Arc::new(sluice_rls::Rls::from_config(config)?);
+    let store = sluice_gateway::stores::for_config(config);
+    let observer = gateway.observer().clone();
+    let rls = Arc::new(Rls::with_observer(config, store, Arc::new(SystemClock::new()), observer)?);
     let at = settings.listen;
     let l = TcpListener::bind(at).await.with_context(|| format!("cannot listen on {at} (rls)"))?;
     let line = format!(
@@ -159,14 +172,23 @@ async fn start_rls(config: &sluice_config::Config) -> anyhow::Result<Option<RlsT
     );
     tokio::spawn(sluice_rls::reload_on_hangup(rls.clone()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(sluice_rls::serve(l, rls, async move {
+    let task = tokio::spawn(sluice_rls::serve(l, rls.clone(), async move {
         let _ = stopped.await;
     }));
-    Ok(Some((line, stop, task)))
+    Ok(Some(RlsTask { rls, line, stop, task }))
 }
 
-/// The rate-limit service's listening line, its stop signal and its task.
-type RlsTask = (String, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>);
+/// The rate-limit service running beside the gateway.
+struct RlsTask {
+    /// The service.
+    rls: Arc<Rls>,
+    /// Its listening line.
+    line: String,
+    /// Stops it.
+    stop: tokio::sync::oneshot::Sender<()>,
+    /// Its accept loop.
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
 
 #[cfg(unix)]
 type Hangup = tokio::signal::unix::Signal;

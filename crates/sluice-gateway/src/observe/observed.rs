@@ -506,8 +506,9 @@ impl Observed {
 /// Counts and logs the decisions of a face without a configuration — the tower layer (it is a
 /// [`sluice_http::layer::Observe`]), the seed service — in an [`Observer`]'s families, under the
 /// same names and labels as the gateway: a route's counters (one per policy of the store) are
-/// resolved the first time its name is seen ([`FaceObserver::route`] resolves one for good);
-/// route names come from code, never from requests.
+/// resolved the first time its name is seen ([`FaceObserver::route`] resolves one for good, and
+/// [`FaceObserver::route_among`] one that decides on some of the store's policies only); route
+/// names come from code, never from requests.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -536,8 +537,8 @@ pub struct FaceObserver {
     recorder: Recorder,
     /// The store's policies, for the status page's counts.
     policies: Vec<PolicyInfo>,
-    /// Each route name seen, with its counters (one per store policy).
-    routes: RwLock<Vec<(Box<str>, Arc<RouteHandles>)>>,
+    /// Each route name seen, with its counters.
+    routes: RwLock<Vec<(Box<str>, Arc<FaceHandles>)>>,
     /// Requests that matched no limited route.
     unmatched: Counter,
 }
@@ -562,9 +563,11 @@ impl FaceObserver {
         &self.recorder.observer
     }
 
-    /// The counters of `route`, resolved on first use.
-    fn handles(&self, route: &str) -> Arc<RouteHandles> {
-        let found = |routes: &[(Box<str>, Arc<RouteHandles>)]| {
+    /// The counters of `route`, resolved on first use: one per store policy, or, for a route
+    /// first resolved by [`FaceObserver::route_among`], one per policy of `among`. A name keeps
+    /// the counters it was first resolved with.
+    fn handles(&self, route: &str, among: Option<&[usize]>) -> Arc<FaceHandles> {
+        let found = |routes: &[(Box<str>, Arc<FaceHandles>)]| {
             routes.iter().find(|(name, _)| &**name == route).map(|(_, h)| Arc::clone(h))
         };
         if let Some(h) = found(&self.routes.read().unwrap_or_else(|p| p.into_inner())) {
@@ -574,9 +577,14 @@ impl FaceObserver {
         if let Some(h) = found(&routes) {
             return h;
         }
+        let among: Option<Box<[usize]>> = among.map(|a| a.iter().copied().filter(|&p| p < self.policies.len()).collect());
+        let named = |p: usize| (self.policies[p].name.as_str(), self.policies[p].policy.name());
         let m = self.recorder.observer.metrics();
-        let h =
-            Arc::new(RouteHandles::resolve(m, route, self.policies.iter().map(|p| (p.name.as_str(), p.policy.name()))));
+        let handles = match &among {
+            None => RouteHandles::resolve(m, route, (0..self.policies.len()).map(named)),
+            Some(a) => RouteHandles::resolve(m, route, a.iter().copied().map(named)),
+        };
+        let h = Arc::new(FaceHandles { handles, among });
         routes.push((route.into(), Arc::clone(&h)));
         h
     }
@@ -584,7 +592,15 @@ impl FaceObserver {
     /// `route`, resolved now (its counters show at zero from now on): recording on it takes no
     /// lock, for a face whose route is fixed (the seed service).
     pub fn route(&self, route: &str) -> FaceRoute {
-        FaceRoute { recorder: self.recorder.clone(), handles: self.handles(route), name: route.into() }
+        FaceRoute { recorder: self.recorder.clone(), handles: self.handles(route, None), name: route.into() }
+    }
+
+    /// Like [`FaceObserver::route`], for a route that decides on the store policies `among`
+    /// only (indices into the store's policies; the rate-limit service's domain): it has
+    /// counters for those alone, so the policies it never uses make no series. A check of any
+    /// other policy counts for the request, not for a limit.
+    pub fn route_among(&self, route: &str, among: &[usize]) -> FaceRoute {
+        FaceRoute { recorder: self.recorder.clone(), handles: self.handles(route, Some(among)), name: route.into() }
     }
 
     /// Counts a request that no limit applies to.
@@ -595,20 +611,49 @@ impl FaceObserver {
     /// Every route seen, policy by policy: its counts so far.
     pub fn counts(&self) -> Vec<LimitCounts> {
         let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
-        routes
-            .iter()
-            .flat_map(|(route, h)| h.limits.iter().zip(&self.policies).map(|(c, p)| LimitCounts::of(route, p, c)))
-            .collect()
+        let mut out = Vec::new();
+        for (route, h) in routes.iter() {
+            let among: Vec<usize> = match &h.among {
+                Some(a) => a.to_vec(),
+                None => (0..self.policies.len()).collect(),
+            };
+            let counted = h.handles.limits.iter().zip(among);
+            out.extend(counted.map(|(c, p)| LimitCounts::of(route, &self.policies[p], c)));
+        }
+        out
     }
 }
 
-/// One route of a [`FaceObserver`], its counters resolved ([`FaceObserver::route`]).
+/// A face's route: its counters, and which store policies they count.
+#[derive(Debug)]
+struct FaceHandles {
+    /// One counter set per policy counted.
+    handles: RouteHandles,
+    /// The store policies counted, in the counters' order; `None`: every one, by index.
+    among: Option<Box<[usize]>>,
+}
+
+impl FaceHandles {
+    /// Counts `d`, a decided request of `route`, and picks its decision line.
+    fn record<'a>(&self, recorder: &Recorder, route: &'a str, d: Decided<'a, '_>) -> PendingLine<'a> {
+        let Some(among) = &self.among else {
+            return recorder.record(Some(&self.handles), Slots::Policies, route, &d);
+        };
+        // A check of a policy the route does not count finds no counter (`usize::MAX`).
+        let positions: Vec<usize> =
+            d.checks.iter().map(|c| among.iter().position(|&p| p == c.policy).unwrap_or(usize::MAX)).collect();
+        recorder.record(Some(&self.handles), Slots::Positions, route, &Decided { positions: &positions, ..d })
+    }
+}
+
+/// One route of a [`FaceObserver`], its counters resolved ([`FaceObserver::route`],
+/// [`FaceObserver::route_among`]).
 #[derive(Debug, Clone)]
 pub struct FaceRoute {
     /// Counting and logging on the face's store.
     recorder: Recorder,
-    /// The route's counters, one per store policy.
-    handles: Arc<RouteHandles>,
+    /// The route's counters.
+    handles: Arc<FaceHandles>,
     /// The route's name.
     name: Arc<str>,
 }
@@ -625,13 +670,12 @@ impl FaceRoute {
         timing: Timing,
     ) -> PendingLine<'a> {
         let decided = Decided { checks, kinds, positions: &[], policies, outcome, timing };
-        self.recorder.record(Some(&self.handles), Slots::Policies, &self.name, &decided)
+        self.handles.record(&self.recorder, &self.name, decided)
     }
 }
 
 impl sluice_http::layer::Observe for FaceObserver {
     fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16) {
-        let h = self.handles(route);
-        self.recorder.record(Some(&h), Slots::Policies, route, &Decided::of(ruling)).emit(status);
+        self.handles(route, None).record(&self.recorder, route, Decided::of(ruling)).emit(status);
     }
 }

@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice_core::{Clock, ManualClock, NANOS_PER_SEC, SystemClock};
+use sluice_gateway::observe::{Observer, ThreadRandom};
 use sluice_gateway::stores::{MemoryStores, StoreBuilder};
 use sluice_rls::Rls;
 use tokio::sync::oneshot;
@@ -70,6 +71,8 @@ impl Drop for Dir {
 /// The service, serving on a loopback port until dropped.
 pub struct Harness {
     pub rls: Arc<Rls>,
+    /// The observer its decisions are counted into (its decision log's cap on the test's clock).
+    pub observer: Arc<Observer>,
     /// The manual clock of the memory store (None on Redis).
     pub clock: Option<Arc<ManualClock>>,
     pub addr: SocketAddr,
@@ -119,14 +122,15 @@ impl Harness {
             }
             Backend::Redis => (sluice_gateway::stores::for_config(&config), Arc::new(SystemClock::new()), None),
         };
-        let rls = Arc::new(Rls::new(&config, builder, clock).unwrap());
+        let observer = Arc::new(Observer::with_sources(clock.clone(), Arc::new(ThreadRandom)));
+        let rls = Arc::new(Rls::with_observer(&config, builder, clock, observer.clone()).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(sluice_rls::serve(listener, rls.clone(), async move {
             let _ = stopped.await;
         }));
-        Harness { rls, clock: manual, addr, dir, stop: Some(stop), redis }
+        Harness { rls, observer, clock: manual, addr, dir, stop: Some(stop), redis }
     }
 
     pub async fn client(&self) -> RateLimitServiceClient<Channel> {
