@@ -573,6 +573,9 @@ pub struct Rls {
     pub descriptors: std::path::PathBuf,
     /// How the descriptors of one request are charged.
     pub charge: RlsCharge,
+    /// How often the directory is looked at for changed files, which are then reloaded
+    /// (`watch_interval`, default 2s; `None` with `"0s"`: SIGHUP only).
+    pub watch_interval: Option<Nanos>,
 }
 
 /// How the rate-limit service charges a request's descriptors (`rls.charge`).

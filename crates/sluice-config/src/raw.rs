@@ -147,6 +147,7 @@ pub(crate) struct RawRls {
     pub listen: Option<String>,
     pub descriptors: String,
     pub charge: Option<String>,
+    pub watch_interval: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -737,7 +737,16 @@ fn rls(src: &Source<'_>, raw: toml::Spanned<RawRls>) -> Result<Rls, ConfigError>
             ));
         }
     };
-    Ok(Rls { listen, descriptors: r.descriptors.into(), charge })
+    let watch_interval = match parse_duration(r.watch_interval.as_deref().unwrap_or("2s")) {
+        Ok(0) => None,
+        Ok(n) if n < 100 * NANOS_PER_MILLI => {
+            let line = Some(src.field_line(&span, "watch_interval"));
+            return Err(src.error(line, "rls.watch_interval", "must be at least 100ms, or 0s for SIGHUP only"));
+        }
+        Ok(n) => Some(n),
+        Err(m) => return Err(src.error(Some(src.field_line(&span, "watch_interval")), "rls.watch_interval", m)),
+    };
+    Ok(Rls { listen, descriptors: r.descriptors.into(), charge, watch_interval })
 }
 
 /// The decision API's path (`sluice_gateway::decision_api::PATH`), which it answers first.

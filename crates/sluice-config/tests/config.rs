@@ -217,6 +217,23 @@ fn the_decision_api_answers_loopback_by_default() {
 }
 
 #[test]
+fn the_rate_limit_service_watches_its_directory_unless_told_not_to() {
+    let rls = |extra: &str| format!("[rls]\ndescriptors = \"ratelimit\"\n{extra}");
+    let cfg = parse("r.toml", &rls("")).unwrap();
+    assert_eq!(cfg.rls.as_ref().unwrap().watch_interval, Some(2_000_000_000), "2s by default");
+    let cfg = parse("r.toml", &rls("watch_interval = \"250ms\"\n")).unwrap();
+    assert_eq!(cfg.rls.unwrap().watch_interval, Some(250_000_000));
+    let cfg = parse("r.toml", &rls("watch_interval = \"0s\"\n")).unwrap();
+    assert_eq!(cfg.rls.unwrap().watch_interval, None, "SIGHUP only");
+    let e = error_of(&rls("\nwatch_interval = \"1ms\"\n"));
+    assert!(e.starts_with("bad.toml:4: rls.watch_interval: must be at least 100ms"), "{e}");
+    let e = error_of(&rls("watch_interval = \"often\"\n"));
+    assert!(e.starts_with("bad.toml:3: rls.watch_interval:"), "{e}");
+    let e = error_of(&rls("charge = \"some\"\n"));
+    assert!(e.starts_with("bad.toml:3: rls.charge:"), "{e}");
+}
+
+#[test]
 fn a_full_memory_store_folds_by_default_refuses_or_forgets_when_told() {
     let when_full =
         |store: &str| match parse("s.toml", &format!("[store]\nkind = \"memory\"\n{store}")).map(|c| c.store) {

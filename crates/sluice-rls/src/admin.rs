@@ -24,7 +24,10 @@ impl WithRls {
     /// The admin view of `gateway` and `rls`, which must count into the gateway's observer
     /// ([`Rls::with_observer`] with [`Gateway::observer`]) for its metrics to show.
     pub fn new(gateway: Arc<Gateway>, rls: Arc<Rls>) -> Self {
-        debug_assert!(Arc::ptr_eq(gateway.observer(), rls.observer()), "the service counts into the gateway's observer");
+        debug_assert!(
+            Arc::ptr_eq(gateway.observer(), rls.observer()),
+            "the service counts into the gateway's observer"
+        );
         Self { gateway, rls }
     }
 }

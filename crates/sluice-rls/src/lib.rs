@@ -58,6 +58,6 @@ mod yaml;
 pub use descriptors::{Descriptors, Limit, Matched};
 pub use error::RlsConfigError;
 pub use loader::{dangling_replaces, load_dir, parse_file};
-pub use server::{reload_on_hangup, serve};
+pub use server::{reload_on_change, reload_on_hangup, serve};
 pub use service::{Rls, RlsError, UNLIMITED_REMAINING};
 pub use snapshot::{MAX_OVERRIDE_POLICIES, ROUTE_PREFIX, UNKNOWN_DOMAIN_ROUTE};

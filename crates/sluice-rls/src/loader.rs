@@ -35,16 +35,7 @@ pub fn load_dir(dir: &Path) -> Result<Descriptors, RlsConfigError> {
         field: "(file)".into(),
         message: format!("cannot read: {e}"),
     };
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| unreadable(dir.display().to_string(), e))? {
-        let path = entry.map_err(|e| unreadable(dir.display().to_string(), e))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
-        if yaml && !name.starts_with('.') && path.is_file() {
-            files.push(path);
-        }
-    }
-    files.sort();
+    let files = descriptor_files(dir).map_err(|e| unreadable(dir.display().to_string(), e))?;
     let mut out = Descriptors::default();
     for path in files {
         let file = path.display().to_string();
@@ -52,6 +43,40 @@ pub fn load_dir(dir: &Path) -> Result<Descriptors, RlsConfigError> {
         add_file(&mut out, &file, &text)?;
     }
     Ok(out)
+}
+
+/// The descriptor files of `dir`, sorted: `*.yaml` and `*.yml`, not hidden, regular files or
+/// links to them (a Kubernetes ConfigMap mounts its files as links).
+fn descriptor_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+        if yaml && !name.starts_with('.') && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The directory's descriptor files as they are now: each file's path and bytes, or why the
+/// directory could not be listed. Two equal stamps mean nothing worth reloading changed; the
+/// watcher compares them. Contents rather than modification times, so that a rewrite within
+/// the clock's granularity is seen too (descriptor files are small).
+pub(crate) type DirStamp = Result<Vec<(std::path::PathBuf, Option<Vec<u8>>)>, String>;
+
+/// The [`DirStamp`] of `dir` now.
+pub(crate) fn dir_stamp(dir: &Path) -> DirStamp {
+    let files = descriptor_files(dir).map_err(|e| e.to_string())?;
+    Ok(files
+        .into_iter()
+        .map(|path| {
+            let bytes = std::fs::read(&path).ok();
+            (path, bytes)
+        })
+        .collect())
 }
 
 /// Parses one file's text (`file` names it in errors) into a set of one domain.

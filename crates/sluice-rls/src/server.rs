@@ -101,6 +101,35 @@ fn plain(status: StatusCode, content_type: &'static str, text: String) -> Respon
     r
 }
 
+/// Reloads `rls` whenever its descriptor directory changes (a file written, added, removed, or
+/// a ConfigMap's links swapped), looking every `every`, until the process ends. The files are
+/// compared byte for byte with the last look, so an unchanged directory is never reparsed. A refused reload keeps the running descriptors and is told on stderr
+/// once, until the files change again.
+pub async fn reload_on_change(rls: Arc<Rls>, every: std::time::Duration) {
+    let dir = rls.descriptors_dir().to_path_buf();
+    let mut seen = crate::loader::dir_stamp(&dir);
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let now = crate::loader::dir_stamp(&dir);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        if let Err(e) = rls.reload() {
+            refused(&e);
+        }
+    }
+}
+
+/// Tells stderr that a reload was refused, in one write (a reader never sees half the line).
+fn refused(e: &crate::service::RlsError) {
+    let line = format!("sluice rls reload refused, keeping the running descriptors: {e}\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+}
+
 /// Reloads `rls` on every SIGHUP until the process ends; a refused reload keeps the running
 /// descriptors and is told on stderr.
 pub async fn reload_on_hangup(rls: Arc<Rls>) {
@@ -109,9 +138,7 @@ pub async fn reload_on_hangup(rls: Arc<Rls>) {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
         while hup.recv().await.is_some() {
             if let Err(e) = rls.reload() {
-                // One write, so a reader never sees half the line.
-                let line = format!("sluice rls reload refused, keeping the running descriptors: {e}\n");
-                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+                refused(&e);
             }
         }
     }

@@ -152,6 +152,11 @@ impl Rls {
         result
     }
 
+    /// The descriptor directory it reads on reload.
+    pub fn descriptors_dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// The `sluice_rls_*` metrics (envoyproxy/ratelimit's kind), in Prometheus text format.
     pub fn metrics_text(&self) -> String {
         self.metrics.encode()

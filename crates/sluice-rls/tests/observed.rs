@@ -51,7 +51,9 @@ fn scrape(h: &Harness, store: &'static str) -> String {
 }
 
 fn decisions(route: &str, policy: &str, outcome: &str) -> String {
-    format!("sluice_decisions_total{{route=\"{route}\",policy=\"{policy}\",algorithm=\"fixed-window\",outcome=\"{outcome}\"}}")
+    format!(
+        "sluice_decisions_total{{route=\"{route}\",policy=\"{policy}\",algorithm=\"fixed-window\",outcome=\"{outcome}\"}}"
+    )
 }
 
 fn requests(route: &str, outcome: &str) -> String {

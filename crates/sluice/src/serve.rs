@@ -171,6 +171,9 @@ async fn start_rls(gateway: &Gateway) -> anyhow::Result<Option<RlsTask>> {
         rls.domains().join(", ")
     );
     tokio::spawn(sluice_rls::reload_on_hangup(rls.clone()));
+    if let Some(every) = settings.watch_interval {
+        tokio::spawn(sluice_rls::reload_on_change(rls.clone(), Duration::from_nanos(every)));
+    }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(sluice_rls::serve(l, rls.clone(), async move {
         let _ = stopped.await;

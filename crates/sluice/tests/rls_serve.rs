@@ -134,3 +134,72 @@ fn check_config_reads_the_descriptor_files() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("edge.yaml:6: descriptors[0].rate_limit.requests_per_unit: must be a whole number"), "{err}");
 }
+
+/// `GET path` on `port`: the body.
+fn get(port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
+}
+
+#[test]
+fn the_admin_listener_counts_the_rate_limit_services_decisions_with_the_gateways() {
+    let dir = TempDir::new("rls-admin");
+    let (port, admin) = (free_port(), free_port());
+    let path = config(&dir, port);
+    let text = std::fs::read_to_string(&path).unwrap();
+    dir.write("sluice.toml", &format!("{text}\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n"));
+    let _sluice = Sluice::start(&path);
+    wait_for(port);
+    wait_for(admin);
+    let statuses: Vec<u16> = (0..3).map(|_| check(port, "carol").0).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+
+    let metrics = get(admin, "/metrics");
+    let series = |s: &str| metrics.lines().find_map(|l| l.strip_prefix(s)?.strip_prefix(' ')?.parse::<f64>().ok());
+    let policy = "fixed-window-2-per-1h";
+    let decided = |outcome: &str| {
+        series(&format!(
+            "sluice_decisions_total{{route=\"rls:edge\",policy=\"{policy}\",algorithm=\"fixed-window\",outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!((decided("allowed"), decided("denied")), (Some(2.0), Some(1.0)), "{metrics}");
+    assert_eq!(series("sluice_requests_total{route=\"rls:edge\",outcome=\"denied\"}"), Some(1.0), "{metrics}");
+
+    let status: serde_json::Value = serde_json::from_str(&get(admin, "/status.json")).unwrap();
+    let rows = status["decisions"].as_array().expect("decisions in /status.json");
+    let row = rows.iter().find(|r| r["route"] == "rls:edge").unwrap_or_else(|| panic!("no rls:edge row in {status}"));
+    assert_eq!((row["allowed"].as_u64(), row["denied"].as_u64()), (Some(2), Some(1)), "{row}");
+}
+
+#[test]
+fn a_changed_descriptor_file_is_reloaded_without_a_signal() {
+    let dir = TempDir::new("rls-watch");
+    let port = free_port();
+    let path = config(&dir, port);
+    let text = std::fs::read_to_string(&path).unwrap();
+    dir.write("sluice.toml", &text.replace("[rls]\n", "[rls]\nwatch_interval = \"100ms\"\n"));
+    let _sluice = Sluice::start(&path);
+    wait_for(port);
+    assert_eq!(check(port, "erin").1["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+    let limit_of = |user: &str| check(port, user).1["statuses"][0]["currentLimit"]["requestsPerUnit"].clone();
+    let waited_for = |want: u64| {
+        (0..100).any(|i| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            limit_of(&format!("probe-{want}-{i}")) == want
+        })
+    };
+
+    // Same length, rewritten in place: seen by its bytes, not its size or time.
+    dir.write("ratelimit/edge.yaml", &LIMITS.replace("requests_per_unit: 2", "requests_per_unit: 5"));
+    assert!(waited_for(5), "the changed file took effect without SIGHUP");
+
+    // A broken file is refused and the running descriptors stay.
+    dir.write("ratelimit/edge.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight}\n");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(limit_of("frank"), 5, "the old descriptors still decide");
+    dir.write("ratelimit/edge.yaml", &LIMITS.replace("requests_per_unit: 2", "requests_per_unit: 7"));
+    assert!(waited_for(7), "fixing the file takes effect");
+}

@@ -577,7 +577,8 @@ impl FaceObserver {
         if let Some(h) = found(&routes) {
             return h;
         }
-        let among: Option<Box<[usize]>> = among.map(|a| a.iter().copied().filter(|&p| p < self.policies.len()).collect());
+        let among: Option<Box<[usize]>> =
+            among.map(|a| a.iter().copied().filter(|&p| p < self.policies.len()).collect());
         let named = |p: usize| (self.policies[p].name.as_str(), self.policies[p].policy.name());
         let m = self.recorder.observer.metrics();
         let handles = match &among {
