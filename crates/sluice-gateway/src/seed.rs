@@ -25,22 +25,22 @@
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use http::header::{ALLOW, HeaderName, HeaderValue};
-use http::{Method, Request, Response};
+use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use sluice_core::{Decision, ParamError, TokenBucket};
 use sluice_store::{Check, KeyHasher, MemoryStore, Store, StoreError};
 
 use sluice_http::enforce::{Outcome, PolicyInfo};
-use sluice_http::headers::{retry_after_secs, write_denial_headers};
+use sluice_http::headers::{number, retry_after_secs, write_denial_headers};
 use sluice_http::identity::ClientIdentity;
 use sluice_http::pipeline::Timing;
-use sluice_http::response::Answer;
+use sluice_http::response::{Answer, JsonTemplate};
 
 use crate::admin::{Inspect, Status};
 use crate::observe::{FaceObserver, FaceRoute, Observer, Scrape, policy_json};
@@ -268,18 +268,21 @@ impl SeedService {
             Err(_) => return respond::answer(Answer::limiter_unavailable()),
         };
         let quota = |res: &mut Response<Body>| {
-            res.headers_mut().insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(self.capacity));
-            res.headers_mut().insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(decision.remaining));
+            res.headers_mut().insert(RATELIMIT_LIMIT.clone(), number(self.capacity));
+            res.headers_mut().insert(RATELIMIT_REMAINING.clone(), number(decision.remaining));
         };
         if !decision.allowed {
+            // Denials differ only in their seconds: the body is written once, filled per request.
+            static DENIAL: LazyLock<JsonTemplate> = LazyLock::new(|| {
+                JsonTemplate::new(|secs| SeedDenial {
+                    error: "rate_limit_exceeded",
+                    message: "Перевищено частоту запитів.",
+                    retry_after_camel: secs,
+                    retry_after_seconds: secs,
+                })
+            });
             let secs = retry_after_secs(&decision);
-            let body = SeedDenial {
-                error: "rate_limit_exceeded",
-                message: "Перевищено частоту запитів.",
-                retry_after_camel: secs,
-                retry_after_seconds: secs,
-            };
-            let mut res = respond::json(429, &body);
+            let mut res = respond::answer(Answer::json_bytes(StatusCode::TOO_MANY_REQUESTS, DENIAL.render(secs), 8));
             quota(&mut res);
             write_denial_headers(res.headers_mut(), secs);
             return res;

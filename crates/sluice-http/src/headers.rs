@@ -181,9 +181,9 @@ pub fn write_rate_limit_headers<'a, I>(
             HeaderStyle::Draft6 => {
                 let Some(v) = one() else { continue };
                 let d = &v.decision;
-                out.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit));
-                out.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(d.remaining));
-                out.insert(RATELIMIT_RESET.clone(), HeaderValue::from(ceil_secs(d.reset_after)));
+                out.insert(RATELIMIT_LIMIT.clone(), number(d.limit));
+                out.insert(RATELIMIT_REMAINING.clone(), number(d.remaining));
+                out.insert(RATELIMIT_RESET.clone(), number(ceil_secs(d.reset_after)));
                 // Both styles name a `RateLimit-Policy` header, in two syntaxes: with `ietf`
                 // also configured, only its (current) form is sent.
                 if !with_ietf {
@@ -197,9 +197,9 @@ pub fn write_rate_limit_headers<'a, I>(
             HeaderStyle::XRateLimit => {
                 let Some(v) = one() else { continue };
                 let d = &v.decision;
-                out.insert(X_LIMIT.clone(), HeaderValue::from(d.limit));
-                out.insert(X_REMAINING.clone(), HeaderValue::from(d.remaining));
-                out.insert(X_RESET.clone(), HeaderValue::from(unix_now.saturating_add(ceil_secs(d.reset_after))));
+                out.insert(X_LIMIT.clone(), number(d.limit));
+                out.insert(X_REMAINING.clone(), number(d.remaining));
+                out.insert(X_RESET.clone(), number(unix_now.saturating_add(ceil_secs(d.reset_after))));
             }
         }
     }
@@ -265,10 +265,35 @@ fn sf_name(name: &str) -> Cow<'_, StringRef> {
     Cow::Owned(sfv::String::from_string(out).unwrap_or_default())
 }
 
+/// Numbers below this are written from [`number`]'s table.
+const NUMBERS_KEPT: u64 = 1024;
+
+/// `n` as a header value. The counts and seconds of rate-limit headers are mostly small: those
+/// below 1,024 come ready-made from a table built once (a static value, cloned without an
+/// allocation), the others are written as `HeaderValue::from` does (one allocation each, about
+/// 300 instructions, on every response).
+///
+/// ```
+/// use sluice_http::headers::number;
+/// assert_eq!(number(0), "0");
+/// assert_eq!(number(1023), "1023");
+/// assert_eq!(number(1024), "1024");
+/// assert_eq!(number(u64::MAX), u64::MAX.to_string().as_str());
+/// ```
+pub fn number(n: u64) -> HeaderValue {
+    static KEPT: std::sync::LazyLock<Box<[HeaderValue]>> = std::sync::LazyLock::new(|| {
+        (0..NUMBERS_KEPT).map(|n| HeaderValue::from_static(Box::leak(n.to_string().into_boxed_str()))).collect()
+    });
+    match usize::try_from(n) {
+        Ok(i) if n < NUMBERS_KEPT => KEPT[i].clone(),
+        _ => HeaderValue::from(n),
+    }
+}
+
 /// Writes what every denial carries: `Retry-After` (whole seconds, at least 1) and
 /// `Cache-Control: no-store` (RFC 6585: a 429 must not be cached).
 pub fn write_denial_headers(out: &mut HeaderMap, retry_after_secs: u64) {
-    out.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+    out.insert(RETRY_AFTER, number(retry_after_secs));
     out.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 

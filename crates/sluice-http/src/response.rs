@@ -9,7 +9,7 @@ use http::{HeaderMap, Response, StatusCode};
 use serde::Serialize;
 use sluice_config::HeaderStyle;
 
-use crate::headers::{LimitView, denied_retry_after_secs, write_denial_headers, write_denied};
+use crate::headers::{LimitView, denied_retry_after_secs, number, write_denial_headers, write_denied};
 
 /// A response sluice writes itself: a status, headers and a JSON body.
 ///
@@ -55,6 +55,70 @@ struct DenialBody {
     retry_after_seconds: u64,
 }
 
+/// A JSON body that differs from one response to the next only in one number (a denial's
+/// retry seconds), wherever it appears: serialised once, with a sentinel in the number's
+/// place, and written for each response by joining the parts around the number — no
+/// serialisation, one allocation.
+///
+/// ```
+/// use sluice_http::response::JsonTemplate;
+/// #[derive(serde::Serialize)]
+/// struct Denied { error: &'static str, retry: u64, again: u64 }
+/// let t = JsonTemplate::new(|n| Denied { error: "over", retry: n, again: n });
+/// assert_eq!(&t.render(7)[..], br#"{"error":"over","retry":7,"again":7}"#);
+/// assert_eq!(&t.render(u64::MAX)[..], format!(r#"{{"error":"over","retry":{0},"again":{0}}}"#, u64::MAX).as_bytes());
+/// ```
+#[derive(Debug, Clone)]
+pub struct JsonTemplate {
+    /// The serialised text, split where the number goes (one more part than numbers).
+    parts: Box<[Box<[u8]>]>,
+}
+
+/// What the template serialises in the number's place, then looks for.
+const SENTINEL: u64 = u64::MAX;
+
+impl JsonTemplate {
+    /// The template of the bodies `make` builds around its number. `make` must put its number
+    /// in numeric fields only, and nowhere else write the sentinel's digits (20 of them).
+    pub fn new<T: Serialize>(make: impl Fn(u64) -> T) -> Self {
+        let text = serde_json::to_vec(&make(SENTINEL)).unwrap_or_else(|_| b"{}".to_vec());
+        let sentinel = SENTINEL.to_string();
+        let mut parts = Vec::new();
+        let mut rest = &text[..];
+        while let Some(at) = rest.windows(sentinel.len()).position(|w| w == sentinel.as_bytes()) {
+            parts.push(rest[..at].into());
+            rest = &rest[at + sentinel.len()..];
+        }
+        parts.push(rest.into());
+        Self { parts: parts.into() }
+    }
+
+    /// The body for `n`.
+    pub fn render(&self, n: u64) -> Bytes {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut left = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (left % 10) as u8;
+            left /= 10;
+            if left == 0 {
+                break;
+            }
+        }
+        let digits = &digits[at..];
+        let len = self.parts.iter().map(|p| p.len()).sum::<usize>() + digits.len() * (self.parts.len() - 1);
+        let mut out = Vec::with_capacity(len);
+        for (i, part) in self.parts.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(digits);
+            }
+            out.extend_from_slice(part);
+        }
+        Bytes::from(out)
+    }
+}
+
 impl Answer {
     /// `payload` as JSON with `status`, `Content-Type` and `Content-Length`.
     pub fn json<T: Serialize>(status: StatusCode, payload: &T) -> Self {
@@ -64,9 +128,15 @@ impl Answer {
     /// [`Answer::json`] with room for `headers` headers.
     fn json_with_room<T: Serialize>(status: StatusCode, payload: &T, headers: usize) -> Self {
         let body = Bytes::from(serde_json::to_vec(payload).unwrap_or_else(|_| b"{}".to_vec()));
+        Self::json_bytes(status, body, headers)
+    }
+
+    /// `body`, JSON already, with `status`, `Content-Type`, `Content-Length` and room for
+    /// `headers` headers.
+    pub fn json_bytes(status: StatusCode, body: Bytes, headers: usize) -> Self {
         let mut headers = HeaderMap::with_capacity(headers);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        headers.insert(CONTENT_LENGTH, number(body.len() as u64));
         Self { status, headers, body }
     }
 
@@ -97,13 +167,16 @@ impl Answer {
         I: IntoIterator + Clone,
         I::Item: Borrow<LimitView<'a>>,
     {
-        let body = DenialBody {
-            error: "rate_limit_exceeded",
-            message: "Too many requests: retry after the number of seconds in Retry-After.",
-            retry_after_seconds: denied_retry_after_secs(views.clone(), described),
-        };
+        static BODY: std::sync::LazyLock<JsonTemplate> = std::sync::LazyLock::new(|| {
+            JsonTemplate::new(|retry_after_seconds| DenialBody {
+                error: "rate_limit_exceeded",
+                message: "Too many requests: retry after the number of seconds in Retry-After.",
+                retry_after_seconds,
+            })
+        });
+        let body = BODY.render(denied_retry_after_secs(views.clone(), described));
         // Room for every header of the three styles with the denial's own: no map regrowth.
-        let mut a = Self::json_with_room(status, &body, 16);
+        let mut a = Self::json_bytes(status, body, 16);
         write_denied(&mut a.headers, styles, views, described, unix_now);
         a
     }
