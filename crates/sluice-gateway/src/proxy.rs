@@ -134,15 +134,15 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !present.contains(&true) {
         return;
     }
-    // `keep-alive` and `close` are options, not names of other headers (and `Keep-Alive` is
-    // stripped anyway): the usual `Connection` value allocates nothing.
+    // `keep-alive` names a header stripped anyway: the usual `Connection` value allocates
+    // nothing. (`close` is an option, but a header of that name must go too, RFC 9110 §7.6.1.)
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(str::trim)
-        .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close"))
+        .filter(|t| !t.eq_ignore_ascii_case("keep-alive"))
         .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
         .collect();
     for (name, _) in STRIPPED.iter().zip(present).filter(|(_, p)| *p) {
@@ -301,13 +301,14 @@ mod tests {
         h.insert(header::CONNECTION, "keep-alive, x-secret-hop".parse().unwrap());
         h.append(header::CONNECTION, "Close,X-Other-Hop".parse().unwrap());
         h.insert("x-other-hop", "1".parse().unwrap());
+        h.insert("close", "x".parse().unwrap());
         h.insert("keep-alive", "timeout=5".parse().unwrap());
         h.insert("x-secret-hop", "1".parse().unwrap());
         h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
         h.insert("x-keep", "1".parse().unwrap());
         strip_hop_by_hop(&mut h);
         assert!(h.get("x-secret-hop").is_none() && h.get("x-other-hop").is_none());
-        assert!(h.get("keep-alive").is_none());
+        assert!(h.get("keep-alive").is_none() && h.get("close").is_none(), "Connection: close names it");
         assert!(h.get(header::TRANSFER_ENCODING).is_none());
         assert!(h.get(header::CONNECTION).is_none());
         assert_eq!(h["x-keep"], "1");

@@ -29,6 +29,12 @@ const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 /// std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub fn load_dir(dir: &Path) -> Result<Descriptors, RlsConfigError> {
+    load_dir_stamped(dir).map(|(descriptors, _)| descriptors)
+}
+
+/// [`load_dir`], and the [`DirStamp`] of the very bytes it parsed: what the watcher compares
+/// the directory with, so that a file rewritten while it was read is read again.
+pub(crate) fn load_dir_stamped(dir: &Path) -> Result<(Descriptors, DirStamp), RlsConfigError> {
     let unreadable = |file: String, e: std::io::Error| RlsConfigError {
         file,
         line: None,
@@ -37,12 +43,20 @@ pub fn load_dir(dir: &Path) -> Result<Descriptors, RlsConfigError> {
     };
     let files = descriptor_files(dir).map_err(|e| unreadable(dir.display().to_string(), e))?;
     let mut out = Descriptors::default();
+    let mut stamp = Vec::with_capacity(files.len());
     for path in files {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|e| unreadable(file.clone(), e))?;
-        add_file(&mut out, &file, &text)?;
+        let bytes = std::fs::read(&path).map_err(|e| unreadable(file.clone(), e))?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| {
+            unreadable(
+                file.clone(),
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"),
+            )
+        })?;
+        add_file(&mut out, &file, text)?;
+        stamp.push((path, Some(bytes)));
     }
-    Ok(out)
+    Ok((out, Ok(stamp)))
 }
 
 /// The descriptor files of `dir`, sorted: `*.yaml` and `*.yml`, not hidden, regular files or

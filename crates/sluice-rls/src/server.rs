@@ -101,25 +101,29 @@ fn plain(status: StatusCode, content_type: &'static str, text: String) -> Respon
     r
 }
 
-/// Reloads `rls` whenever its descriptor directory changes (a file written, added, removed, or
-/// a ConfigMap's links swapped), looking every `every`, until the process ends. The files are
-/// compared byte for byte with the last look, so an unchanged directory is never reparsed. A refused reload keeps the running descriptors and is told on stderr
-/// once, until the files change again.
+/// Reloads `rls` whenever its descriptor directory holds other bytes than the load in use was
+/// parsed from (a file written, added, removed, or a ConfigMap's links swapped), looking every
+/// `every`, until the process ends. Comparing with what was parsed, not with the last look,
+/// means a file rewritten while a reload read it is read again, and a change made before the
+/// first look is not missed. A refused reload keeps the running descriptors and is told on
+/// stderr once; it is tried again when the files change again (or on SIGHUP).
 pub async fn reload_on_change(rls: Arc<Rls>, every: std::time::Duration) {
     let dir = rls.descriptors_dir().to_path_buf();
-    let mut seen = crate::loader::dir_stamp(&dir);
+    let mut refused_at: Option<crate::loader::DirStamp> = None;
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
     loop {
         ticks.tick().await;
         let now = crate::loader::dir_stamp(&dir);
-        if now == seen {
+        if rls.loaded_from(&now) || refused_at.as_ref() == Some(&now) {
             continue;
         }
-        seen = now;
-        if let Err(e) = rls.reload() {
-            refused(&e);
+        match rls.reload() {
+            Ok(()) => refused_at = None,
+            Err(e) => {
+                refused(&e);
+                refused_at = Some(now);
+            }
         }
     }
 }

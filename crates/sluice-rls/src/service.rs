@@ -27,7 +27,7 @@ use tonic::Status;
 use crate::descriptors::Limit;
 use crate::error::RlsConfigError;
 use crate::json::status_of;
-use crate::loader::load_dir;
+use crate::loader::{DirStamp, load_dir_stamped};
 use crate::metrics::{Metrics, Result as Outcome};
 use crate::rate_limit::{Rule, Unit, policy};
 use crate::snapshot::{Env, MAX_OVERRIDE_POLICIES, Snapshot};
@@ -63,6 +63,9 @@ pub struct Rls {
     clock: Arc<dyn Clock>,
     /// Serialises reloads and override registration.
     rebuilding: Mutex<()>,
+    /// The bytes of the descriptor files the load in use was parsed from: the watcher reloads
+    /// when the directory holds anything else.
+    loaded_from: Mutex<DirStamp>,
     /// Counters per domain and descriptor (envoyproxy/ratelimit's, on the service's port).
     metrics: Metrics,
 }
@@ -124,7 +127,7 @@ impl Rls {
             None => KeyHasher::random(),
         };
         let env = Env { base: config.clone(), builder, hasher, styles: config.server.headers.clone(), observer };
-        let descriptors = load_dir(&rls.descriptors)?;
+        let (descriptors, loaded_from) = load_dir_stamped(&rls.descriptors)?;
         let snapshot = Snapshot::build(&env, descriptors, Vec::new(), None).map_err(RlsError::Store)?;
         let metrics = Metrics::new();
         metrics.loaded(&snapshot.descriptors);
@@ -135,6 +138,7 @@ impl Rls {
             charge: rls.charge,
             clock,
             rebuilding: Mutex::new(()),
+            loaded_from: Mutex::new(loaded_from),
             metrics,
         })
     }
@@ -147,9 +151,22 @@ impl Rls {
     /// Reads the descriptor directory again; on an error the running descriptors stay. Policies
     /// that did not change keep their state.
     pub fn reload(&self) -> Result<(), RlsError> {
-        let result = self.rebuild(|old| Ok((load_dir(&self.dir)?, old.overrides.clone())));
+        let mut parsed = None;
+        let result = self.rebuild(|old| {
+            let (descriptors, stamp) = load_dir_stamped(&self.dir)?;
+            parsed = Some(stamp);
+            Ok((descriptors, old.overrides.clone()))
+        });
+        if let (Ok(()), Some(stamp)) = (&result, parsed) {
+            *self.loaded_from.lock().unwrap_or_else(|p| p.into_inner()) = stamp;
+        }
         self.metrics.reloaded(result.is_ok());
         result
+    }
+
+    /// True when `stamp` is what the load in use was parsed from.
+    pub(crate) fn loaded_from(&self, stamp: &DirStamp) -> bool {
+        *self.loaded_from.lock().unwrap_or_else(|p| p.into_inner()) == *stamp
     }
 
     /// The descriptor directory it reads on reload.

@@ -48,8 +48,9 @@ pub(crate) struct Snapshot {
     pub limiter: Limiter,
     /// Counts and logs this load's decisions under the gateway's metric names.
     pub observed: FaceObserver,
-    /// Each configured domain's route, `rls:<domain>`, counting its own policies and the
-    /// overrides'.
+    /// Each configured domain's route, `rls:<domain>`, counting its own policies. Checks of
+    /// `limit` overrides count for the request only: their parameters, so their policy names,
+    /// come from requests, and a label never does.
     routes: HashMap<String, FaceRoute>,
     /// [`UNKNOWN_DOMAIN_ROUTE`], resolved when first decided on.
     unknown: OnceLock<FaceRoute>,
@@ -94,7 +95,9 @@ impl Snapshot {
                 Rule::Unlimited | Rule::Zero => None,
             })
             .collect();
-        let overridden: Vec<usize> = overrides.iter().map(|p| intern(*p, false)).collect();
+        for p in &overrides {
+            intern(*p, false);
+        }
         let mut config = env.base.clone();
         config.policies = policies.clone();
         let store = env
@@ -109,7 +112,7 @@ impl Snapshot {
             env.styles.clone(),
             StatusCode::TOO_MANY_REQUESTS,
         );
-        let routes = domain_policies(&descriptors, &limit_policy, &overridden)
+        let routes = domain_policies(&descriptors, &limit_policy)
             .into_iter()
             .map(|(domain, among)| {
                 let route = observed.route_among(&format!("{ROUTE_PREFIX}{domain}"), &among);
@@ -133,10 +136,8 @@ impl Snapshot {
     /// for a domain no file configures.
     pub fn route(&self, domain: &str) -> &FaceRoute {
         self.routes.get(domain).unwrap_or_else(|| {
-            self.unknown.get_or_init(|| {
-                let overridden: Vec<usize> = self.overrides.iter().filter_map(|p| self.policy_index(p)).collect();
-                self.observed.route_among(UNKNOWN_DOMAIN_ROUTE, &overridden)
-            })
+            // Only overrides reach the store there: the route counts requests, no policy.
+            self.unknown.get_or_init(|| self.observed.route_among(UNKNOWN_DOMAIN_ROUTE, &[]))
         })
     }
 
@@ -153,15 +154,10 @@ impl Snapshot {
     }
 }
 
-/// Each domain with the policies its decisions can use, sorted: those of its limits and every
-/// override's (overrides may come in any domain's requests).
-fn domain_policies(
-    descriptors: &Descriptors,
-    limit_policy: &[Option<usize>],
-    overridden: &[usize],
-) -> HashMap<String, Vec<usize>> {
-    let mut out: HashMap<String, Vec<usize>> =
-        descriptors.domains.keys().map(|d| (d.clone(), overridden.to_vec())).collect();
+/// Each domain with the policies its limits use, sorted: those its decisions are counted
+/// under.
+fn domain_policies(descriptors: &Descriptors, limit_policy: &[Option<usize>]) -> HashMap<String, Vec<usize>> {
+    let mut out: HashMap<String, Vec<usize>> = descriptors.domains.keys().map(|d| (d.clone(), Vec::new())).collect();
     for (limit, policy) in descriptors.limits.iter().zip(limit_policy) {
         if let (Some(p), Some(among)) = (policy, out.get_mut(&limit.domain)) {
             among.push(*p);

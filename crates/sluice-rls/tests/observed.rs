@@ -91,6 +91,11 @@ async fn grpc_decisions_are_counted_under_the_gateways_names_with_the_domains_ro
     let mut with_override = request(&nowhere, &[&[("user", "alice")]], 0);
     with_override.descriptors[0].limit = Some(RateLimitOverride { requests_per_unit: 7, unit: 2 });
     assert_eq!(overall(&call(&mut c, with_override).await), Code::Ok);
+    // An override in a configured domain with the parameters of another domain's limit: the
+    // request counts under its domain, the check under no policy (the request chose it).
+    let mut borrowed = request("edge", &[&[("user", "carol")]], 0);
+    borrowed.descriptors[0].limit = Some(RateLimitOverride { requests_per_unit: 5, unit: 2 });
+    assert_eq!(overall(&call(&mut c, borrowed).await), Code::Ok);
 
     let m = scrape(&h, "memory");
     let user_policy = "fixed-window-2-per-1h";
@@ -100,14 +105,16 @@ async fn grpc_decisions_are_counted_under_the_gateways_names_with_the_domains_ro
     assert_eq!(must(&m, &decisions("rls:edge", user_policy, "error")), 0.0);
     assert_eq!(must(&m, &decisions("rls:edge", shadow_policy, "allowed")), 1.0);
     assert_eq!(must(&m, &decisions("rls:edge", shadow_policy, "shadow_denied")), 1.0);
-    assert_eq!(must(&m, &requests("rls:edge", "allowed")), 4.0);
+    assert_eq!(must(&m, &requests("rls:edge", "allowed")), 5.0);
     assert_eq!(must(&m, &requests("rls:edge", "denied")), 1.0);
     assert_eq!(must(&m, &requests("rls:other", "allowed")), 0.0, "every configured domain shows from its load");
     assert_eq!(must(&m, &requests("unmatched", "unlimited")), 1.0);
-    assert_eq!(must(&m, &decisions("rls:(unknown)", "fixed-window-7-per-1m", "allowed")), 1.0);
+    // An override's policy is named after numbers the request chose: it never becomes a label.
+    assert_eq!(must(&m, &requests("rls:(unknown)", "allowed")), 1.0);
+    assert!(!m.contains("fixed-window-7-per-1m"), "an override's policy is no label:\n{m}");
     assert_eq!(
         must(&m, "sluice_decision_duration_seconds_count{store=\"memory\"}"),
-        6.0,
+        7.0,
         "one observation per decided request"
     );
     assert_eq!(sample(&m, &decisions("rls:edge", "fixed-window-5-per-1m", "allowed")), None, "other's policy");
