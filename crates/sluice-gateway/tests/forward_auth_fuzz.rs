@@ -86,7 +86,7 @@ fn map(lines: &[(usize, Vec<u8>)]) -> HeaderMap {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2048, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: sluice_core::fuzz_cases(2048), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn reading_the_original_never_panics_and_yields_a_path_of_the_uri_sent(lines in headers()) {

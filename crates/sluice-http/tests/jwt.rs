@@ -244,7 +244,7 @@ fn shaped_token() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: sluice_core::fuzz_cases(256), .. ProptestConfig::default() })]
 
     /// Any bytes in the Authorization header: no panic, never an identity, bounded caches.
     #[test]

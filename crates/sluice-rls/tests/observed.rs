@@ -172,3 +172,28 @@ async fn redis_store_errors_are_counted_on_the_domains_route() {
     assert_eq!(must(&m, &decisions("rls:edge", "fixed-window-2-per-1h", "error")), 2.0);
     assert_eq!(must(&m, &decisions("rls:edge", "fixed-window-2-per-1h", "allowed")), 1.0);
 }
+
+#[tokio::test]
+async fn a_flood_of_distinct_limit_overrides_is_capped_and_adds_no_series() {
+    let h = Harness::start(Backend::Memory, &[("edge.yaml", EDGE)], "", "").await;
+    let mut c = h.client().await;
+    let _ = call(&mut c, request("edge", &[&[("user", "dora")]], 0)).await;
+    let series = |m: &str| m.lines().filter(|l| !l.starts_with('#')).count();
+    let before = series(&scrape(&h, "memory"));
+    let mut refused = 0;
+    for n in 1..=(sluice_rls::MAX_OVERRIDE_POLICIES as u32 + 20) {
+        let mut r = request("edge", &[&[("user", "dora")]], 0);
+        r.descriptors[0].limit = Some(RateLimitOverride { requests_per_unit: 1_000 + n, unit: 1 });
+        match c.should_rate_limit(r).await {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 20, "overrides beyond the cap are refused");
+    let m = scrape(&h, "memory");
+    assert_eq!(series(&m), before, "request-chosen overrides add no series:\n{m}");
+    assert!(!m.contains("per-1s"), "{m}");
+}

@@ -496,7 +496,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(200)))]
 
     /// Bytes nobody with the secret wrote: a real snapshot with a few bytes changed, or
     /// anything after its first bytes. Always skipped, whatever they are.

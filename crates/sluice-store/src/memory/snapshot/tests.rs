@@ -230,7 +230,7 @@ fn read_forged(bytes: &[u8], passed: Nanos) -> Result<Restored, TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(400)))]
 
     #[test]
     fn a_forged_file_binds_nothing_beyond_a_writers_horizon(
