@@ -14,6 +14,9 @@
 //!   with its fake clock, the counterpart of an explicit `now`.
 //! - `clock-read/*`: the cost of reading the time alone, sluice's `SystemClock` beside
 //!   `std::time::Instant` and governor's default clock.
+//!
+//! After the groups, sluice (clock read in the loop) and governor run in alternating short
+//! rounds, and the median ratio is printed: the figure to read on a busy machine.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -218,6 +221,66 @@ fn clock_read(c: &mut Criterion) {
     g.finish();
 }
 
+/// Nanoseconds per call of `f` over about `secs` seconds.
+fn ns_per_call(mut f: impl FnMut() -> bool, secs: f64) -> f64 {
+    let mut iters: u64 = 100_000;
+    loop {
+        let start = std::time::Instant::now();
+        for _ in 0..iters {
+            black_box(f());
+        }
+        let took = start.elapsed().as_secs_f64();
+        if took >= secs {
+            return took * 1e9 / iters as f64;
+        }
+        iters = (iters as f64 * (secs / took.max(1e-4)) * 1.1) as u64;
+    }
+}
+
+/// The median of a few values.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// sluice with `SystemClock::now()` in the loop against governor's `check()`, in alternating
+/// short rounds so that load from other processes weighs on both alike: the median time of each
+/// and the median of the per-round ratios (sluice / governor; below 1 is faster).
+fn alternating_summary() {
+    const ROUNDS: usize = 15;
+    println!("\ntoken bucket with the clock read, median of {ROUNDS} alternating rounds:");
+    for (path, rate, quota) in [
+        ("admitted", 1e9, Quota::with_period(Duration::from_nanos(1)).unwrap().allow_burst(nz(CAP as u32))),
+        ("denied", 1.0 / 3_600.0, Quota::per_hour(nz(1)).allow_burst(nz(CAP as u32))),
+    ] {
+        let allowed = path == "admitted";
+        let tb = TokenBucket::new(CAP, rate).unwrap();
+        let clock = SystemClock::new();
+        let mut state = GcraState::default();
+        let gov = RateLimiter::direct(quota);
+        if !allowed {
+            assert!(tb.check(&mut state, clock.now(), CAP).unwrap().allowed);
+            assert!(gov.check_n(nz(CAP as u32)).is_ok_and(|r| r.is_ok()));
+        }
+        let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let a = ns_per_call(|| tb.check(&mut state, clock.now(), 1).unwrap().allowed, 0.1);
+            let b = ns_per_call(|| gov.check().is_ok(), 0.1);
+            ours.push(a);
+            theirs.push(b);
+            ratios.push(a / b);
+        }
+        assert_eq!(tb.check(&mut state, clock.now(), 1).unwrap().allowed, allowed, "sluice left the {path} path");
+        assert_eq!(gov.check().is_ok(), allowed, "governor left the {path} path");
+        println!(
+            "  {path:<8}  sluice {:>6.2} ns  governor {:>6.2} ns  ratio {:.2}",
+            median(ours),
+            median(theirs),
+            median(ratios)
+        );
+    }
+}
+
 fn main() {
     // What `criterion_group!` and `criterion_main!` expand to, without their undocumented `pub fn`.
     let mut c = Criterion::default().configure_from_args();
@@ -226,4 +289,8 @@ fn main() {
     governor_comparison(&mut c);
     clock_read(&mut c);
     c.final_summary();
+    // Only under `cargo bench`: a test run (`cargo test --benches`) just checks that each runs.
+    if std::env::args().any(|a| a == "--bench") {
+        alternating_summary();
+    }
 }

@@ -28,6 +28,7 @@ pub trait Algorithm {
 }
 
 /// Rejects a cost the limit can never admit.
+#[inline]
 pub(crate) fn ensure_cost(cost: u64, capacity: u64) -> Result<(), CostError> {
     if cost > capacity { Err(CostError { cost, capacity }) } else { Ok(()) }
 }
@@ -44,6 +45,7 @@ pub(crate) fn check_window_params(limit: u64, window: Nanos) -> Result<(), crate
 }
 
 /// `check` from a pure `decide`: the new state is kept only when the request is admitted.
+#[inline]
 pub(crate) fn commit<S>(state: &mut S, decided: Result<(Decision, S), CostError>) -> Result<Decision, CostError> {
     let (d, next) = decided?;
     if d.allowed {

@@ -7,7 +7,7 @@
 //! `max(tat, now) + cost * T - now <= capacity * T`. This is exact integer arithmetic: no
 //! drift accumulates however long a key lives.
 
-use crate::algorithm::{Algorithm, commit, ensure_cost, sat};
+use crate::algorithm::{Algorithm, commit, ensure_cost};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::{NANOS_PER_SEC, Nanos};
@@ -37,6 +37,12 @@ struct Meter {
     /// Nanoseconds per token.
     interval: Nanos,
     capacity: u64,
+    /// `capacity * interval`: the bucket's depth in time (fits u64: checked at construction).
+    /// Kept so that no decision multiplies it again.
+    tau: Nanos,
+    /// `floor((2^64 - 1) / interval)`: turns the division of a time into tokens into a
+    /// multiplication and at most two corrections ([`Meter::tokens`]).
+    reciprocal: u64,
     /// Shaping: requests (beyond the first) passed without delay; `None` polices.
     shape_free: Option<u64>,
 }
@@ -46,45 +52,57 @@ impl Meter {
         if capacity == 0 {
             return Err(ParamError::Zero { field: "capacity" });
         }
-        if (capacity as u128) * (interval as u128) > u64::MAX as u128 {
+        let Some(tau) = capacity.checked_mul(interval) else {
             return Err(ParamError::TooLarge { field: "capacity" });
-        }
-        Ok(Self { interval, capacity, shape_free })
+        };
+        Ok(Self { interval, capacity, tau, reciprocal: u64::MAX / interval, shape_free })
     }
 
+    /// Whole tokens in `room` nanoseconds: `room / interval`, exactly. The estimate from the
+    /// reciprocal is never above the quotient and at most two below it (`room < 2^64`).
+    #[inline]
+    fn tokens(&self, room: Nanos) -> u64 {
+        if room < self.interval {
+            return 0; // the common denial: less than one token
+        }
+        let mut q = ((room as u128 * self.reciprocal as u128) >> 64) as u64;
+        let mut rest = room - q * self.interval;
+        while rest >= self.interval {
+            q += 1;
+            rest -= self.interval;
+        }
+        q
+    }
+
+    /// All in 64 bits: the backlog `max(tat, now) - now` and the charge `cost * interval` are
+    /// both at most what a `tat` can hold, and every sum that could pass the end of u64 time is
+    /// checked.
+    #[inline]
     fn decide(&self, s: &GcraState, now: Nanos, cost: u64) -> Result<(Decision, GcraState), CostError> {
         ensure_cost(cost, self.capacity)?;
-        let t = self.interval as u128;
-        let tau = self.capacity as u128 * t;
-        let end = u64::MAX as u128;
-        let now = now as u128;
-        let start = (s.tat as u128).max(now);
-        let new_tat = start + cost as u128 * t;
-        // A `tat` past the end of u64 time cannot be stored, and storing less would charge less:
-        // near the end, a request is admitted only if its `tat` still fits (the strict direction).
-        let span = tau.min(end - now);
-        let allowed = new_tat - now <= span;
-        let (held, next) = if allowed { (new_tat - now, new_tat) } else { (start - now, start) };
+        let backlog = s.tat.saturating_sub(now);
+        let charge = cost * self.interval; // cost <= capacity: at most tau
+        // `need` is the new tat minus now. A tat past the end of u64 time cannot be stored, and
+        // storing less would charge less: near the end a request is admitted only if its tat
+        // still fits (the strict direction), and a denial that could never fit waits forever.
+        let end = u64::MAX - now;
+        let need = backlog.checked_add(charge).filter(|&n| n <= end);
+        let (allowed, held, retry_after) = match need {
+            Some(n) if n <= self.tau => (true, n, 0),
+            Some(n) => (false, backlog, n - self.tau),
+            None => (false, backlog, u64::MAX),
+        };
         let delay = match (allowed, self.shape_free) {
-            (true, Some(free)) => sat((start - now).saturating_sub(free as u128 * t)),
+            (true, Some(free)) => backlog.saturating_sub(free * self.interval),
             _ => 0,
         };
-        let retry_after = if allowed {
-            0
-        } else if new_tat > end {
-            u64::MAX // never, within u64 time
-        } else {
-            sat(new_tat - now - tau)
-        };
-        // `held` exceeds `span` only when denied after the clock stepped back. The room fits in
-        // u64 (span <= tau, checked at construction): divide in 64 bits, and not at all when the
-        // bucket holds less than one token (the common denial).
-        let room = span.saturating_sub(held) as u64;
-        let remaining = if room < self.interval { 0 } else { room / self.interval };
-        let d = Decision { allowed, limit: self.capacity, remaining, reset_after: sat(held), retry_after, delay };
-        Ok((d, GcraState { tat: sat(next) }))
+        // `held` exceeds the room only when denied after the clock stepped back.
+        let remaining = self.tokens(self.tau.min(end).saturating_sub(held));
+        let d = Decision { allowed, limit: self.capacity, remaining, reset_after: held, retry_after, delay };
+        Ok((d, GcraState { tat: now + held }))
     }
 
+    #[inline]
     fn check(&self, s: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
         commit(s, self.decide(s, now, cost))
     }
@@ -100,14 +118,17 @@ macro_rules! gcra_algorithm {
                 self.meter.capacity
             }
 
+            #[inline]
             fn check(&self, state: &mut GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
                 self.meter.check(state, now, cost)
             }
 
+            #[inline]
             fn peek(&self, state: &GcraState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
                 self.meter.decide(state, now, cost).map(|(d, _)| d)
             }
 
+            #[inline]
             fn is_fresh(&self, state: &GcraState, now: Nanos) -> bool {
                 state.tat <= now
             }
@@ -217,3 +238,76 @@ impl LeakyBucket {
 }
 
 gcra_algorithm!(LeakyBucket);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::sat;
+    use proptest::prelude::*;
+
+    /// The meter's first form, in 128-bit arithmetic: the 64-bit one must decide as it did.
+    fn reference(m: &Meter, s: &GcraState, now: Nanos, cost: u64) -> Decision {
+        let t = m.interval as u128;
+        let tau = m.capacity as u128 * t;
+        let end = u64::MAX as u128;
+        let now = now as u128;
+        let start = (s.tat as u128).max(now);
+        let new_tat = start + cost as u128 * t;
+        let span = tau.min(end - now);
+        let allowed = new_tat - now <= span;
+        let held = if allowed { new_tat - now } else { start - now };
+        let delay = match (allowed, m.shape_free) {
+            (true, Some(free)) => sat((start - now).saturating_sub(free as u128 * t)),
+            _ => 0,
+        };
+        let retry_after = if allowed {
+            0
+        } else if new_tat > end {
+            u64::MAX
+        } else {
+            sat(new_tat - now - tau)
+        };
+        let remaining = sat(span.saturating_sub(held) / t);
+        Decision { allowed, limit: m.capacity, remaining, reset_after: sat(held), retry_after, delay }
+    }
+
+    /// Times near zero, near the end of u64 time, and anywhere.
+    fn time() -> impl Strategy<Value = Nanos> {
+        prop_oneof![0..10_000u64, (u64::MAX - 10_000)..=u64::MAX, any::<u64>()]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::fuzz_cases(20_000)))]
+
+        #[test]
+        fn decides_as_the_128_bit_meter(
+            interval in prop_oneof![1..4u64, 1..2_000_000_000u64, any::<u64>()],
+            capacity in prop_oneof![1..5u64, 1..100_000u64],
+            free in proptest::option::of(0..5u64),
+            tat in time(),
+            now in time(),
+            cost in 0..6u64,
+        ) {
+            let Some(tau) = capacity.checked_mul(interval) else { return Ok(()) };
+            let shape_free = free.filter(|&f| f < capacity);
+            let m = Meter { interval, capacity, tau, reciprocal: u64::MAX / interval, shape_free };
+            let s = GcraState { tat };
+            match m.decide(&s, now, cost) {
+                Err(_) => prop_assert!(cost > capacity),
+                Ok((d, next)) => {
+                    prop_assert_eq!(d, reference(&m, &s, now, cost));
+                    if d.allowed {
+                        prop_assert_eq!(next.tat, now + d.reset_after);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn tokens_is_the_exact_quotient(interval in prop_oneof![1..10u64, any::<u64>()], room in any::<u64>()) {
+            let interval = interval.max(1);
+            let m = Meter { interval, capacity: 1, tau: interval, reciprocal: u64::MAX / interval, shape_free: None };
+            prop_assert_eq!(m.tokens(room), room / interval);
+        }
+    }
+}

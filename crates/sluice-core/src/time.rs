@@ -103,6 +103,7 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now(&self) -> Nanos {
         // The counter is monotonic, so wall-at-anchor plus its progress never goes backwards.
         self.offset.wrapping_add(self.counter.delta_as_nanos(0, self.counter.raw()))
