@@ -192,3 +192,65 @@ fn opposite_lock_orders_never_deadlock() {
         finished.recv_timeout(Duration::from_secs(300)).expect("a worker is stuck: deadlock");
     }
 }
+
+/// A clock whose first read starts a rival request on another thread and gives it up to a
+/// second to finish before returning; every later read is a millisecond later than the first.
+/// If the store reads the clock before taking the lock, the rival decides first at the later
+/// time and the first request is then decided at its older one.
+struct Racing {
+    reads: AtomicU64,
+    first: u64,
+    rival: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl sluice_core::Clock for Racing {
+    fn now(&self) -> u64 {
+        if self.reads.fetch_add(1, Ordering::SeqCst) > 0 {
+            return self.first + NANOS_PER_SEC / 1_000;
+        }
+        if let Some(start_rival) = self.rival.get() {
+            start_rival();
+        }
+        self.first
+    }
+}
+
+/// Two requests on one key of a full bucket with room for exactly two: each must be admitted,
+/// whichever reads the clock first (a refusal here was a request decided at a time older than
+/// the charge before it: refused for a millisecond's gap, told to retry in a second).
+fn race(decide: fn(&MemoryStore, &[Check]) -> bool, checks: Vec<Check>) {
+    let bucket = TokenBucket::new(2, 10.0).unwrap();
+    let policies = checks.iter().enumerate().map(|(i, _)| named(&format!("p{i}"), bucket)).collect();
+    let clock = Arc::new(Racing { reads: AtomicU64::new(0), first: T, rival: std::sync::OnceLock::new() });
+    let s = Arc::new(MemoryStore::new(policies, MemoryOptions::default(), clock.clone()));
+    // Emptied long before: full again at T.
+    let drain: Vec<Check> = checks.iter().map(|c| Check { cost: 2, ..*c }).collect();
+    assert!(s.decide_at(&drain, T - 10 * NANOS_PER_SEC).unwrap().allowed);
+    let (done, finished) = mpsc::channel();
+    let rival_store = Arc::downgrade(&s);
+    let rival_checks = checks.clone();
+    let handle = Arc::new(std::sync::Mutex::new(None));
+    let slot = Arc::clone(&handle);
+    let finished = std::sync::Mutex::new(finished);
+    let start = move || {
+        let (store, checks, done) = (rival_store.upgrade().unwrap(), rival_checks.clone(), done.clone());
+        *slot.lock().unwrap() = Some(thread::spawn(move || {
+            let allowed = decide(&store, &checks);
+            let _ = done.send(());
+            allowed
+        }));
+        // Blocked on the lock (the store reads the clock under it): go on after the wait.
+        let _ = finished.lock().unwrap().recv_timeout(Duration::from_secs(1));
+    };
+    assert!(clock.rival.set(Box::new(start)).is_ok());
+    let first = decide(&s, &checks);
+    let rival = handle.lock().unwrap().take().expect("the rival started").join().unwrap();
+    assert!(first && rival, "first admitted: {first}, rival admitted: {rival}");
+}
+
+#[test]
+fn a_request_that_waited_for_the_lock_is_not_decided_at_an_older_time() {
+    race(|s, c| s.decide_one_now(&c[0]).unwrap().allowed, vec![check(0, key(3, 1))]);
+    race(|s, c| s.decide_now(c).unwrap().allowed, vec![check(0, key(3, 1))]);
+    race(|s, c| s.decide_now(c).unwrap().allowed, vec![check(0, key(3, 1)), check(1, key(5, 2))]);
+}

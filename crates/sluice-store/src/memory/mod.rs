@@ -113,24 +113,29 @@ impl MemoryStore {
 
     /// Decides the checks of one request at `now`.
     pub fn decide_at(&self, checks: &[Check], now: Nanos) -> Result<Verdict, StoreError> {
-        request::decide(&self.policies, &self.tables, checks, now)
+        request::decide(&self.policies, &self.tables, checks, || now)
     }
 
     /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
     /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
     pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
         validate_checks(&self.policies, std::slice::from_ref(check))?;
-        request::decide_single(&self.tables[check.policy], check, now)
+        request::decide_single(&self.tables[check.policy], check, || now)
     }
 
-    /// [`Self::decide_one_at`] at the store clock's `now`.
+    /// [`Self::decide_one_at`] at the store clock's `now`, read once the key's shard is locked
+    /// (see [`Self::decide_now`]).
     pub fn decide_one_now(&self, check: &Check) -> Result<Decision, StoreError> {
-        self.decide_one_at(check, self.clock.now())
+        validate_checks(&self.policies, std::slice::from_ref(check))?;
+        request::decide_single(&self.tables[check.policy], check, || self.clock.now())
     }
 
-    /// Decides the checks of one request at the store clock's `now`.
+    /// Decides the checks of one request at the store clock's `now`, read once every shard the
+    /// request touches is locked: requests on a shard are decided at times that never go
+    /// backwards, so one that waited for the lock is never decided at a time older than a charge
+    /// already made (which would refuse it for a gap of nanoseconds).
     pub fn decide_now(&self, checks: &[Check]) -> Result<Verdict, StoreError> {
-        self.decide_at(checks, self.clock.now())
+        request::decide(&self.policies, &self.tables, checks, || self.clock.now())
     }
 
     /// A store for a new list of policies (a configuration reload). A policy equal to one of this

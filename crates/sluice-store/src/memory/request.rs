@@ -10,12 +10,18 @@ use super::table::Table;
 use crate::key::KeyHash;
 use crate::store::{Check, NamedPolicy, StoreError, Verdict, validate_checks};
 
-/// Decides `checks` at `now`: all admitted and charged, or none charged.
+/// Decides `checks` at the time `now` gives, read once every shard involved is locked: all
+/// admitted and charged, or none charged.
+///
+/// Why under the locks: a time read before them can be older than the time a request that got
+/// the lock first was charged at; decided at it, a full bucket looks a few nanoseconds short
+/// of a token and the request is refused, told to come back in a second. Read under the locks,
+/// the times a shard sees never go backwards (the clock is monotonic across threads).
 pub(crate) fn decide(
     policies: &[NamedPolicy],
     tables: &[Arc<Table>],
     checks: &[Check],
-    now: Nanos,
+    now: impl FnOnce() -> Nanos,
 ) -> Result<Verdict, StoreError> {
     validate_checks(policies, checks)?;
     match checks {
@@ -31,13 +37,14 @@ fn full(table: &Table) -> StoreError {
 }
 
 /// The common case: one check, one shard, decided in place.
-fn decide_one(table: &Table, check: &Check, now: Nanos) -> Result<Verdict, StoreError> {
+fn decide_one(table: &Table, check: &Check, now: impl FnOnce() -> Nanos) -> Result<Verdict, StoreError> {
     decide_single(table, check, now).map(|d| Verdict { allowed: d.allowed, decisions: vec![d] })
 }
 
 /// One check, with no `Verdict` to allocate.
-pub(crate) fn decide_single(table: &Table, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
-    match table.lock(table.shard_of(&check.key)).decide_one(&check.key, now, check.cost) {
+pub(crate) fn decide_single(table: &Table, check: &Check, now: impl FnOnce() -> Nanos) -> Result<Decision, StoreError> {
+    let mut shard = table.lock(table.shard_of(&check.key));
+    match shard.decide_one(&check.key, now(), check.cost) {
         Ok(d) => Ok(d),
         Err(ShardError::Cost(source)) => Err(StoreError::Cost { index: 0, source }),
         Err(ShardError::Full) => Err(full(table)),
@@ -63,7 +70,7 @@ fn decide_many(
     policies: &[NamedPolicy],
     tables: &[Arc<Table>],
     checks: &[Check],
-    now: Nanos,
+    now: impl FnOnce() -> Nanos,
 ) -> Result<Verdict, StoreError> {
     // Distinct targets, and for each check the target it names.
     let mut targets: Vec<Target> = Vec::with_capacity(checks.len());
@@ -92,6 +99,7 @@ fn decide_many(
     groups.dedup_by_key(|g| (g.0, g.1));
     let mut guards: Vec<MutexGuard<'_, dyn ShardOps + 'static>> =
         groups.iter().map(|&(_, shard, policy)| tables[policy].lock(shard)).collect();
+    let now = now();
     for (t, n) in targets.iter_mut().zip(&uses) {
         let table = &tables[t.policy];
         let at = (table.id, table.shard_of(&t.key));
