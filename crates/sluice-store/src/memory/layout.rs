@@ -8,7 +8,7 @@ use sluice_core::{
 
 use super::slot::{PackedSlot, PlainSlot, Slot};
 use super::snapshot::cells::Persist;
-use super::storage::{Dense, Inline, Storage};
+use super::storage::{Dense, Storage};
 use super::summary::{BucketCell, CounterCell, LogCell, Summary, WindowCell};
 
 /// An algorithm the memory store can keep: its slot and shard layouts, and the conversions
@@ -52,9 +52,9 @@ macro_rules! stored {
     };
 }
 
-// Buckets (28-byte slots) fit 1M keys in 64 MiB inline; the larger states need the dense layout.
-stored!(TokenBucket, PackedSlot, Inline, GcraState, Gcra, BucketCell);
-stored!(LeakyBucket, PackedSlot, Inline, GcraState, Gcra, BucketCell);
+// Packed slots: 28 bytes for a bucket, 36 for a fixed window, 44 for a sliding window counter.
+stored!(TokenBucket, PackedSlot, Dense, GcraState, Gcra, BucketCell);
+stored!(LeakyBucket, PackedSlot, Dense, GcraState, Gcra, BucketCell);
 stored!(FixedWindow, PackedSlot, Dense, FixedWindowState, FixedWindow, WindowCell);
 stored!(SlidingWindow, PackedSlot, Dense, SlidingWindowState, SlidingWindow, CounterCell);
 stored!(SlidingLog, PlainSlot, Dense, SlidingLogState, SlidingLog, LogCell);
