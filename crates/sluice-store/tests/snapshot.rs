@@ -394,14 +394,15 @@ fn a_million_keys_go_through_a_snapshot_at_their_bound() {
     let policies = vec![NamedPolicy { name: "token".into(), policy: TokenBucket::new(4, 0.001).unwrap().into() }];
     let store = MemoryStore::new(policies.clone(), MemoryOptions::default(), Arc::new(ManualClock::new(T0)));
     let keys = 1_000_000u64;
-    for n in 0..keys {
-        store.decide_one_at(&req(0, n, 4)[0], T0).unwrap();
-    }
+    let refused = (0..keys).filter(|&n| !store.decide_one_at(&req(0, n, 4)[0], T0).unwrap().allowed).count() as u64;
     // The shards fill unevenly, so a few keys were folded into the summary before the bound
-    // was reached; none was lost, and the file holds every key the table does.
+    // was reached; none was lost, and the file holds every key the table does. Now and then a
+    // new key's summary cells were all spent by folded keys, and it was refused (the fold's
+    // cost, in the strict direction): rare, but not never.
     let stats = &store.stats()[0];
     let held = stats.keys as u64;
-    assert_eq!(held + stats.evicted_lru, keys);
+    assert_eq!(held + stats.evicted_lru + refused, keys);
+    assert!(refused < 100, "{refused} new keys refused");
     assert!(held > keys * 99 / 100, "{held} held");
     let dir = Scratch::new("million");
     let started = std::time::Instant::now();

@@ -119,15 +119,19 @@ impl MemoryStore {
     /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
     /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
     pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
-        validate_checks(&self.policies, std::slice::from_ref(check))?;
-        request::decide_single(&self.tables[check.policy], check, || now)
+        request::decide_single(self.table(check)?, check, || now)
     }
 
     /// [`Self::decide_one_at`] at the store clock's `now`, read once the key's shard is locked
     /// (see [`Self::decide_now`]).
     pub fn decide_one_now(&self, check: &Check) -> Result<Decision, StoreError> {
-        validate_checks(&self.policies, std::slice::from_ref(check))?;
-        request::decide_single(&self.tables[check.policy], check, || self.clock.now())
+        request::decide_single(self.table(check)?, check, || self.clock.now())
+    }
+
+    /// The table a single check names. Its cost is checked by the algorithm itself, under the
+    /// lock, with the same error [`validate_checks`] gives.
+    fn table(&self, check: &Check) -> Result<&Table, StoreError> {
+        self.tables.get(check.policy).map(|t| &**t).ok_or(StoreError::UnknownPolicy { index: 0, policy: check.policy })
     }
 
     /// Decides the checks of one request at the store clock's `now`, read once every shard the

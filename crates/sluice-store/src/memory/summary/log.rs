@@ -123,8 +123,11 @@ impl Summary<SlidingLog> for LogCell {
         for j in (0..SPAN).rev() {
             let n = self.counts[j];
             let Some(k) = top.checked_sub(j as u64) else { continue };
-            // The end of the sub-window, or the newest entry in the newest one.
-            let at = (k * g).saturating_add(g - 1).min(self.newest);
+            // The end of the sub-window, or the newest entry in the newest one; never after
+            // `now`, which no entry the cell stands for was recorded after (a cell moved into
+            // another clock can round its newest entry past it, and a state with entries after
+            // `now` could not be folded again: the shard could not evict it).
+            let at = (k * g).saturating_add(g - 1).min(self.newest).min(now);
             if n == 0 || at.saturating_add(w) <= now {
                 continue; // nothing there, or nothing live any more
             }
