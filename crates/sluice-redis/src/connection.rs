@@ -1,7 +1,7 @@
 //! Connections to Redis or a Redis Cluster: made lazily, dropped after a failure and made again
-//! by the next call the breaker lets through. A single node over TCP gets one lean connection per
-//! thread that decides ([`crate::lean`]: no driver task, so a gateway worker's requests never
-//! leave its thread); a Cluster, or a node behind a Unix socket, one redis-rs connection shared
+//! by the next call the breaker lets through. A single node over TCP gets lean connections
+//! ([`crate::lean`]: no driver task): one per current-thread runtime's thread, so a gateway
+//! worker's requests never leave its thread, and one shared by multi-thread runtimes; a Cluster, or a node behind a Unix socket, one redis-rs connection shared
 //! by every request (multiplexed, pipelined by its driver task).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,10 +53,19 @@ enum Target {
     Cluster(ClusterClient),
 }
 
-/// How many lean connections a store keeps at most (one per thread that decides, threads beyond
-/// this share them).
+/// How many lean connections a store keeps at most: one shared by the workers of multi-thread
+/// runtimes, and one per current-thread runtime's thread (threads beyond this share them).
 fn lean_slots() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from).clamp(1, 64)
+    1 + std::thread::available_parallelism().map_or(1, usize::from).clamp(1, 64)
+}
+
+/// The slot of the calling task's lean connection, among `slots`. A multi-thread runtime moves
+/// tasks between its workers: they share one connection, so their requests go out together.
+/// A current-thread runtime (a gateway worker) has its thread's own.
+fn lean_slot(slots: usize) -> usize {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let shared = Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if shared || slots == 1 { 0 } else { 1 + thread_number() % (slots - 1) }
 }
 
 /// A number for the calling thread, the same for its whole life.
@@ -72,7 +81,7 @@ fn thread_number() -> usize {
 pub(crate) struct Connector {
     target: Target,
     timeout: Duration,
-    /// One for a shared connection; one per thread (modulo their number) for lean ones.
+    /// One for a shared connection; for lean ones, see [`lean_slot`].
     current: Vec<Mutex<Option<Conn>>>,
     connecting: tokio::sync::Mutex<()>,
 }
@@ -141,7 +150,7 @@ impl Connector {
     /// The calling thread's connection, connecting first if there is none.
     pub async fn get(&self, counters: &Counters) -> RedisResult<Conn> {
         // Fixed now: the task may resume on another thread.
-        let index = thread_number() % self.current.len();
+        let index = lean_slot(self.current.len());
         if let Some(c) = self.usable(index) {
             return Ok(c);
         }

@@ -49,12 +49,14 @@ impl ScriptPolicy {
     /// Appends the stored key of `key` under this policy.
     pub fn push_key(&self, out: &mut Vec<u8>, key: &KeyHash) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        out.extend_from_slice(self.key_head.as_bytes());
-        for b in key.0 {
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 15)]);
+        let mut hex = [0u8; 33];
+        for (pair, b) in hex.chunks_exact_mut(2).zip(key.0) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 15)];
         }
-        out.push(b'}');
+        hex[32] = b'}';
+        out.extend_from_slice(self.key_head.as_bytes());
+        out.extend_from_slice(&hex);
     }
 }
 

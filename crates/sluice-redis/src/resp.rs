@@ -110,10 +110,8 @@ pub(crate) fn frame_len(buf: &[u8]) -> Result<Option<usize>, Malformed> {
         due -= 1;
         at = next;
         match kind {
-            b'+' | b'-' => {}
-            b':' => {
-                integer(text)?;
-            }
+            // An integer's digits are checked when it is read ([`integers`]).
+            b'+' | b'-' | b':' => {}
             b'$' => match integer(text)? {
                 -1 => {}
                 n if n < 0 || n as usize > MAX_REPLY => return Err(Malformed("bad bulk length")),
@@ -309,11 +307,15 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_resp() {
-        for bad in [&b"?x\r\n"[..], b":1x\r\n", b"+a\nb", b"$-2\r\n", b"*-5\r\n", b"$1\r\nab\r\n", b":\r\n"] {
+        for bad in [&b"?x\r\n"[..], b"+a\nb", b"$-2\r\n", b"*-5\r\n", b"$1\r\nab\r\n", b"$\r\n", b"*x\r\n"] {
             assert!(frame_len(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
-        assert!(frame_len(b":99999999999999999999\r\n").is_err(), "beyond i64");
         assert!(frame_len(b"*1048577\r\n").is_err(), "too many elements");
+        // An integer's digits are checked where it is read.
+        for bad in [&b"*1\r\n:1x\r\n"[..], b"*1\r\n:\r\n", b"*1\r\n:99999999999999999999\r\n", b"*1\r\n:-\r\n"] {
+            assert_eq!(frame_len(bad), Ok(Some(bad.len())));
+            assert!(integers(bad).unwrap().any(|n| n.is_err()), "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
