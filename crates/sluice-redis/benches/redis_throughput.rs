@@ -3,12 +3,14 @@
 //!
 //! `cargo bench -p sluice-redis --bench redis_throughput` (needs redis-server and
 //! redis-benchmark: apt-get install redis-server). `SLUICE_BENCH_SECS` sets each run's length
-//! (default 3 s); `SLUICE_BENCH_CONCURRENCY` a comma-separated list (default 1,8,32).
+//! (default 3 s); `SLUICE_BENCH_CONCURRENCY` a comma-separated list (default 1,8,32);
+//! `SLUICE_BENCH_RUNTIME=per-core` runs sluice's tasks on a current-thread runtime per core, as
+//! the gateway does, instead of one multi-thread runtime of two workers.
 //!
 //! Both sides decide one token-bucket check (capacity 100, 100 per second) on keys drawn from
 //! 100,000, so nearly every decision is an admission that writes its key. sluice runs N tasks
-//! on one store (one multiplexed connection, as a gateway has); redis-benchmark runs N
-//! connections.
+//! on one store (one lean connection per runtime thread, as in a gateway); redis-benchmark runs
+//! N connections.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -44,9 +46,61 @@ fn key(n: u64) -> KeyHash {
     KeyHash(k)
 }
 
-async fn sluice_run(store: Arc<RedisStore>, concurrency: usize, length: Duration) -> Figures {
-    let began = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
+/// The runtimes sluice's tasks run on: one multi-threaded runtime of two workers, or one
+/// current-thread runtime per core, each on its own thread and running all along, as the
+/// gateway runs them (`SLUICE_BENCH_RUNTIME=per-core`).
+enum Runtimes {
+    MultiThread(tokio::runtime::Runtime),
+    PerCore(Vec<tokio::sync::mpsc::UnboundedSender<Job>>),
+}
+
+/// Tasks for one worker of [`Runtimes::PerCore`], and where their latencies go.
+struct Job {
+    store: Arc<RedisStore>,
+    ids: Vec<usize>,
+    began: Instant,
+    length: Duration,
+    done: std::sync::mpsc::Sender<Vec<Duration>>,
+}
+
+impl Runtimes {
+    fn new(per_core: bool) -> Self {
+        if !per_core {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+            return Runtimes::MultiThread(rt.expect("runtime"));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let workers = (0..cores)
+            .map(|_| {
+                let (jobs, mut inbox) = tokio::sync::mpsc::unbounded_channel::<Job>();
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                    rt.block_on(async {
+                        while let Some(job) = inbox.recv().await {
+                            let latencies = tasks(job.store, job.ids, job.began, job.length).await;
+                            let _ = job.done.send(latencies);
+                        }
+                    });
+                });
+                jobs
+            })
+            .collect();
+        Runtimes::PerCore(workers)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Runtimes::MultiThread(_) => "one multi-thread runtime of 2 workers",
+            Runtimes::PerCore(_) => "a current-thread runtime per core",
+        }
+    }
+}
+
+/// The latencies of tasks `ids`, each deciding one request after another until `length` has
+/// passed since `began`, spawned on the current runtime.
+async fn tasks(store: Arc<RedisStore>, ids: Vec<usize>, began: Instant, length: Duration) -> Vec<Duration> {
+    let tasks: Vec<_> = ids
+        .into_iter()
         .map(|t| {
             let store = Arc::clone(&store);
             tokio::spawn(async move {
@@ -68,6 +122,26 @@ async fn sluice_run(store: Arc<RedisStore>, concurrency: usize, length: Duration
     for t in tasks {
         all.extend(t.await.expect("a bench task"));
     }
+    all
+}
+
+fn sluice_run(runtimes: &Runtimes, store: &Arc<RedisStore>, concurrency: usize, length: Duration) -> Figures {
+    let began = Instant::now();
+    let mut all = match runtimes {
+        Runtimes::MultiThread(rt) => rt.block_on(tasks(Arc::clone(store), (0..concurrency).collect(), began, length)),
+        Runtimes::PerCore(workers) => {
+            // Spread as the kernel spreads a gateway's connections over its workers.
+            let k = workers.len().min(concurrency);
+            let (done, results) = std::sync::mpsc::channel();
+            for (w, jobs) in workers.iter().take(k).enumerate() {
+                let ids = (w..concurrency).step_by(k).collect();
+                let job = Job { store: Arc::clone(store), ids, began, length, done: done.clone() };
+                assert!(jobs.send(job).is_ok(), "a worker thread ended");
+            }
+            drop(done);
+            results.iter().flatten().collect()
+        }
+    };
     let secs = began.elapsed().as_secs_f64();
     all.sort_unstable();
     Figures { rps: all.len() as f64 / secs, p50_ms: percentile(&all, 0.5), p99_ms: percentile(&all, 0.99) }
@@ -109,7 +183,7 @@ fn main() {
         .unwrap_or_else(|| vec![1, 8, 32]);
     let length = Duration::from_secs(secs);
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtimes = Runtimes::new(std::env::var("SLUICE_BENCH_RUNTIME").is_ok_and(|r| r == "per-core"));
 
     let policy = NamedPolicy { name: "tb".into(), policy: Policy::from(TokenBucket::new(100, 100.0).unwrap()) };
     let mut options = RedisOptions::single(server.url());
@@ -119,15 +193,18 @@ fn main() {
     let store = Arc::new(RedisStore::new(vec![policy], options).expect("valid store"));
     assert_eq!(server.cli(&["SCRIPT", "LOAD", sluice_redis::SCRIPT_SOURCE]), script_sha());
 
-    println!("Redis decisions: one token-bucket check per request, {KEYSPACE} keys, {secs} s per run");
+    println!(
+        "Redis decisions: one token-bucket check per request, {KEYSPACE} keys, {secs} s per run, sluice on {}",
+        runtimes.name()
+    );
     println!(
         "{:>11} | {:>12} {:>8} {:>8} | {:>15} {:>8} {:>8} | {:>6}",
         "concurrency", "sluice req/s", "p50 ms", "p99 ms", "redis-bench r/s", "p50 ms", "p99 ms", "ratio"
     );
     for &c in &levels {
         // Warm the connection and the script, then measure.
-        runtime.block_on(sluice_run(Arc::clone(&store), c, Duration::from_millis(200)));
-        let ours = runtime.block_on(sluice_run(Arc::clone(&store), c, length));
+        sluice_run(&runtimes, &store, c, Duration::from_millis(200));
+        let ours = sluice_run(&runtimes, &store, c, length);
         let requests = ((ours.rps * secs as f64) as u64).max(10_000);
         let theirs = redis_benchmark(&server, c, requests);
         println!(

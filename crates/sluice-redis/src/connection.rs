@@ -1,23 +1,30 @@
-//! Connections to Redis or a Redis Cluster: made lazily, shared by every request (requests are
-//! pipelined over one multiplexed connection), dropped after a failure and made again by the next
-//! call the breaker lets through.
+//! Connections to Redis or a Redis Cluster: made lazily, dropped after a failure and made again
+//! by the next call the breaker lets through. A single node over TCP gets lean connections
+//! ([`crate::lean`]: no driver task): one per current-thread runtime's thread, so a gateway
+//! worker's requests never leave its thread, and one shared by multi-thread runtimes; a Cluster, or a node behind a Unix socket, one redis-rs connection shared
+//! by every request (multiplexed, pipelined by its driver task).
 
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, RedisError, RedisResult, Value};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ErrorKind, ProtocolVersion, RedisConnectionInfo, RedisError,
+    RedisResult, Value,
+};
 
 use crate::error::RedisStoreError;
+use crate::lean::LeanConn;
 use crate::options::RedisOptions;
 use crate::stats::Counters;
 
-/// Either kind of connection; both pipeline concurrent requests and are cheap to clone.
+/// A connection; every kind pipelines concurrent requests and is cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Conn {
+    Lean(Arc<LeanConn>),
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
@@ -26,6 +33,7 @@ impl Conn {
     /// Sends `cmd`; an error reply comes back as `Err`.
     pub async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match self {
+            Conn::Lean(c) => lean_query(c, cmd).await?,
             Conn::Single(c) => c.req_packed_command(cmd).await?,
             Conn::Cluster(c) => c.req_packed_command(cmd).await?,
         };
@@ -33,22 +41,55 @@ impl Conn {
     }
 }
 
+/// A command off the hot path (`PING`, `CONFIG GET`, `AUTH`) on a lean connection: written and
+/// read by redis-rs's own encoder and parser.
+async fn lean_query(conn: &LeanConn, cmd: &Cmd) -> RedisResult<Value> {
+    conn.request(|out| cmd.write_packed_command(out), redis::parse_redis_value).await?
+}
+
 enum Target {
+    Lean { host: String, port: u16, redis: RedisConnectionInfo },
     Single(Client),
     Cluster(ClusterClient),
 }
 
-/// Holds the current connection, if any, and makes one when needed (one attempt at a time).
+/// How many lean connections a store keeps at most: one shared by the workers of multi-thread
+/// runtimes, and one per current-thread runtime's thread (threads beyond this share them).
+fn lean_slots() -> usize {
+    1 + std::thread::available_parallelism().map_or(1, usize::from).clamp(1, 64)
+}
+
+/// The slot of the calling task's lean connection, among `slots`. A multi-thread runtime moves
+/// tasks between its workers: they share one connection, so their requests go out together.
+/// A current-thread runtime (a gateway worker) has its thread's own.
+fn lean_slot(slots: usize) -> usize {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let shared = Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if shared || slots == 1 { 0 } else { 1 + thread_number() % (slots - 1) }
+}
+
+/// A number for the calling thread, the same for its whole life.
+fn thread_number() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
+}
+
+/// Holds the current connections, if any, and makes one when needed (one attempt at a time).
 pub(crate) struct Connector {
     target: Target,
     timeout: Duration,
-    current: Mutex<Option<Conn>>,
+    /// One for a shared connection; for lean ones, see [`lean_slot`].
+    current: Vec<Mutex<Option<Conn>>>,
     connecting: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Connector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.target {
+            Target::Lean { .. } => "single (lean)",
             Target::Single(_) => "single",
             Target::Cluster(_) => "cluster",
         };
@@ -77,31 +118,61 @@ impl Connector {
             Target::Cluster(client)
         } else {
             let url = &options.urls[0];
-            Target::Single(Client::open(url.as_str()).map_err(|e| bad_url(url, e))?)
+            let client = Client::open(url.as_str()).map_err(|e| bad_url(url, e))?;
+            let info = client.get_connection_info();
+            match &info.addr {
+                ConnectionAddr::Tcp(host, port) if info.redis.protocol == ProtocolVersion::RESP2 => {
+                    Target::Lean { host: host.clone(), port: *port, redis: info.redis.clone() }
+                }
+                _ => Target::Single(client),
+            }
         };
+        let slots = if matches!(target, Target::Lean { .. }) { lean_slots() } else { 1 };
         Ok(Self {
             target,
             timeout: options.timeout,
-            current: Mutex::new(None),
+            current: (0..slots).map(|_| Mutex::new(None)).collect(),
             connecting: tokio::sync::Mutex::new(()),
         })
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Conn>> {
+    /// The slot of the calling thread's connection.
+    fn slot(&self, index: usize) -> std::sync::MutexGuard<'_, Option<Conn>> {
         // Holds an Option of a handle: no invariant a panic could break.
-        self.current.lock().unwrap_or_else(|p| p.into_inner())
+        self.current[index].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The current connection, connecting first if there is none.
+    /// The connection in slot `index` unless there is none or it failed.
+    fn usable(&self, index: usize) -> Option<Conn> {
+        self.slot(index).clone().filter(|c| !matches!(c, Conn::Lean(lean) if lean.is_broken()))
+    }
+
+    /// The calling thread's connection, connecting first if there is none.
     pub async fn get(&self, counters: &Counters) -> RedisResult<Conn> {
-        if let Some(c) = self.slot().clone() {
+        // Fixed now: the task may resume on another thread.
+        let index = lean_slot(self.current.len());
+        if let Some(c) = self.usable(index) {
             return Ok(c);
         }
         let _one_at_a_time = self.connecting.lock().await;
-        if let Some(c) = self.slot().clone() {
+        if let Some(c) = self.usable(index) {
             return Ok(c);
         }
         let conn = match &self.target {
+            Target::Lean { host, port, redis } => {
+                let conn = LeanConn::connect(host, *port).await?;
+                if let Some(password) = &redis.password {
+                    let mut auth = redis::cmd("AUTH");
+                    if let Some(user) = &redis.username {
+                        auth.arg(user);
+                    }
+                    lean_query(&conn, auth.arg(password)).await?.extract_error()?;
+                }
+                if redis.db != 0 {
+                    lean_query(&conn, redis::cmd("SELECT").arg(redis.db)).await?.extract_error()?;
+                }
+                Conn::Lean(Arc::new(conn))
+            }
             Target::Single(client) => {
                 let config = AsyncConnectionConfig::new().set_connection_timeout(self.timeout);
                 Conn::Single(client.get_multiplexed_async_connection_with_config(&config).await?)
@@ -109,13 +180,16 @@ impl Connector {
             Target::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
         };
         counters.connects.fetch_add(1, Ordering::Relaxed);
-        *self.slot() = Some(conn.clone());
+        *self.slot(index) = Some(conn.clone());
         Ok(conn)
     }
 
-    /// Forgets the current connection after a failure; the next call connects again.
+    /// Forgets the current connections after a failure (Redis restarted or hangs: every one
+    /// of them is likely gone); the next call connects again.
     pub fn discard(&self) {
-        *self.slot() = None;
+        for index in 0..self.current.len() {
+            *self.slot(index) = None;
+        }
     }
 }
 

@@ -29,20 +29,34 @@ pub(crate) struct ScriptPolicy {
     pub key_head: String,
     /// The check's arguments before the cost: algorithm, a, b, c.
     pub args: [String; 4],
+    /// The same arguments as RESP bulk strings, as the lean path writes them.
+    pub resp_args: Vec<u8>,
 }
 
 impl ScriptPolicy {
     /// The stored key of `key` under this policy.
     pub fn key(&self, key: &KeyHash) -> String {
+        let mut k = Vec::with_capacity(self.key_len());
+        self.push_key(&mut k, key);
+        String::from_utf8(k).expect("key heads are checked ASCII names, and hex is ASCII")
+    }
+
+    /// The length of every stored key of this policy.
+    pub fn key_len(&self) -> usize {
+        self.key_head.len() + 33
+    }
+
+    /// Appends the stored key of `key` under this policy.
+    pub fn push_key(&self, out: &mut Vec<u8>, key: &KeyHash) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut k = String::with_capacity(self.key_head.len() + 33);
-        k.push_str(&self.key_head);
-        for b in key.0 {
-            k.push(char::from(HEX[usize::from(b >> 4)]));
-            k.push(char::from(HEX[usize::from(b & 15)]));
+        let mut hex = [0u8; 33];
+        for (pair, b) in hex.chunks_exact_mut(2).zip(key.0) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 15)];
         }
-        k.push('}');
-        k
+        hex[32] = b'}';
+        out.extend_from_slice(self.key_head.as_bytes());
+        out.extend_from_slice(&hex);
     }
 }
 
@@ -94,7 +108,11 @@ pub(crate) fn plan(prefix: &str, named: &NamedPolicy) -> Result<ScriptPolicy, Re
     }
     let args = [algo.to_string(), a.to_string(), b.to_string(), c.to_string()];
     let fingerprint = fingerprint(&args);
-    Ok(ScriptPolicy { limit: a, key_head: format!("{prefix}:{}:{fingerprint}:{{", named.name), args })
+    let mut resp_args = Vec::new();
+    for arg in &args {
+        crate::resp::bulk(&mut resp_args, arg.as_bytes());
+    }
+    Ok(ScriptPolicy { limit: a, key_head: format!("{prefix}:{}:{fingerprint}:{{", named.name), args, resp_args })
 }
 
 /// Eight hex digits that change when the algorithm or a parameter changes, so that state written

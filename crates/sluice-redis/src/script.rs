@@ -7,7 +7,9 @@ use sluice_core::Decision;
 use sluice_store::Check;
 
 use crate::connection::Conn;
+use crate::lean::LeanConn;
 use crate::plan::ScriptPolicy;
+use crate::resp;
 use crate::stats::{Counters, bump};
 
 /// The Lua source of the decision script (`scripts/decide.lua`).
@@ -29,8 +31,6 @@ pub(crate) struct Call<'a> {
     pub checks: &'a [Check],
     /// Which of `checks` this call decides.
     pub indices: Vec<usize>,
-    /// Their stored keys, in the same order.
-    pub keys: Vec<String>,
     /// Microseconds since the epoch, or `None` for the server's clock.
     pub now: Option<u64>,
     /// Milliseconds added to every expiry.
@@ -40,7 +40,11 @@ pub(crate) struct Call<'a> {
 impl Call<'_> {
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = redis::cmd(name);
-        cmd.arg(script).arg(self.keys.len()).arg(&self.keys);
+        cmd.arg(script).arg(self.indices.len());
+        for &i in &self.indices {
+            let c = &self.checks[i];
+            cmd.arg(self.plans[c.policy].key(&c.key));
+        }
         match self.now {
             Some(us) => cmd.arg(us),
             None => cmd.arg(""),
@@ -53,9 +57,38 @@ impl Call<'_> {
         cmd
     }
 
+    /// The same command as [`Call::command`], written as RESP straight into `out`.
+    fn write(&self, out: &mut Vec<u8>, name: &[u8], script: &str) {
+        let n = self.indices.len();
+        resp::array(out, 5 + n * (1 + 5));
+        resp::bulk(out, name);
+        resp::bulk(out, script.as_bytes());
+        resp::bulk_u64(out, n as u64);
+        for &i in &self.indices {
+            let c = &self.checks[i];
+            let plan = &self.plans[c.policy];
+            resp::bulk_header(out, plan.key_len());
+            plan.push_key(out, &c.key);
+            out.extend_from_slice(b"\r\n");
+        }
+        match self.now {
+            Some(us) => resp::bulk_u64(out, us),
+            None => resp::bulk(out, b""),
+        }
+        resp::bulk_u64(out, self.grace_ms);
+        for &i in &self.indices {
+            let c = &self.checks[i];
+            out.extend_from_slice(&self.plans[c.policy].resp_args);
+            resp::bulk_u64(out, c.cost);
+        }
+    }
+
     /// Runs the script by SHA-1, sending its source again if Redis has lost it (a restart,
     /// `SCRIPT FLUSH`): `EVAL` both runs it and puts it back in the script cache.
     pub async fn run(&self, conn: &mut Conn, counters: &Counters) -> RedisResult<Vec<Decision>> {
+        if let Conn::Lean(lean) = conn {
+            return self.run_lean(lean, counters).await;
+        }
         bump(&counters.redis_calls);
         let reply = match conn.query(&self.command("EVALSHA", script_sha())).await {
             Err(e) if e.kind() == ErrorKind::NoScriptError => {
@@ -65,34 +98,75 @@ impl Call<'_> {
             }
             other => other?,
         };
-        self.decisions(reply)
-    }
-
-    fn decisions(&self, reply: Value) -> RedisResult<Vec<Decision>> {
-        let bad = |what: &str| RedisError::from((ErrorKind::ParseError, "unexpected script reply", what.to_string()));
         let Value::Array(items) = reply else {
             return Err(bad("not an array"));
         };
-        if items.len() != 1 + PER_CHECK * self.indices.len() {
-            return Err(bad(&format!("{} values for {} checks", items.len(), self.indices.len())));
+        self.decisions(
+            items.len(),
+            items.iter().map(|v| match v {
+                Value::Int(n) => Ok(*n),
+                _ => Err(bad("a value is not a non-negative integer")),
+            }),
+        )
+    }
+
+    /// [`Call::run`] on a lean connection: the command written and its reply read without
+    /// redis-rs (an error reply, rare, is still read by redis-rs, for the same errors).
+    async fn run_lean(&self, lean: &LeanConn, counters: &Counters) -> RedisResult<Vec<Decision>> {
+        bump(&counters.redis_calls);
+        let once = |name: &'static [u8], script: &'static str| {
+            lean.request(move |out| self.write(out, name, script), |frame| self.decode(frame))
+        };
+        match once(b"EVALSHA", script_sha()).await? {
+            Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                bump(&counters.script_reloads);
+                bump(&counters.redis_calls);
+                once(b"EVAL", SCRIPT_SOURCE).await?
+            }
+            other => other,
         }
-        let num = |v: &Value| match v {
-            Value::Int(n) if *n >= 0 => Ok(*n as u64),
+    }
+
+    /// The decisions in one whole reply.
+    fn decode(&self, frame: &[u8]) -> RedisResult<Vec<Decision>> {
+        if frame.first() == Some(&b'-') {
+            let error = redis::parse_redis_value(frame).and_then(Value::extract_error);
+            return Err(error.err().unwrap_or_else(|| bad("an error reply that is not an error")));
+        }
+        let ints = resp::integers(frame).map_err(|e| bad(e.0))?;
+        let len = ints.len();
+        self.decisions(len, ints.map(|n| n.map_err(|e| bad(e.0))))
+    }
+
+    /// The decisions of a reply of `len` values: the verdict, then six per check.
+    fn decisions(&self, len: usize, mut values: impl Iterator<Item = RedisResult<i64>>) -> RedisResult<Vec<Decision>> {
+        if len != 1 + PER_CHECK * self.indices.len() {
+            return Err(bad(&format!("{len} values for {} checks", self.indices.len())));
+        }
+        let mut num = || match values.next() {
+            Some(Ok(n)) if n >= 0 => Ok(n as u64),
+            Some(Err(e)) => Err(e),
             _ => Err(bad("a value is not a non-negative integer")),
         };
-        let us = |v: &Value| num(v).map(|n| n.saturating_mul(1000));
+        num()?;
         let mut out = Vec::with_capacity(self.indices.len());
-        for (chunk, &i) in items[1..].chunks_exact(PER_CHECK).zip(&self.indices) {
+        for &i in &self.indices {
             let limit = self.plans[self.checks[i].policy].limit;
+            let [allowed, remaining, reset_after, retry_after, retry_extra, delay] =
+                [num()?, num()?, num()?, num()?, num()?, num()?];
             out.push(Decision {
-                allowed: num(&chunk[0])? == 1,
+                allowed: allowed == 1,
                 limit,
-                remaining: num(&chunk[1])?,
-                reset_after: us(&chunk[2])?,
-                retry_after: us(&chunk[3])?.saturating_add(num(&chunk[4])?),
-                delay: us(&chunk[5])?,
+                remaining,
+                reset_after: reset_after.saturating_mul(1000),
+                retry_after: retry_after.saturating_mul(1000).saturating_add(retry_extra),
+                delay: delay.saturating_mul(1000),
             });
         }
         Ok(out)
     }
+}
+
+fn bad(what: &str) -> RedisError {
+    RedisError::from((ErrorKind::ParseError, "unexpected script reply", what.to_string()))
 }

@@ -16,7 +16,8 @@ pub struct RedisStats {
     pub timeouts: u64,
     /// Scripts sent again after Redis answered `NOSCRIPT` (a restart, `SCRIPT FLUSH`).
     pub script_reloads: u64,
-    /// Connections made (the first, and every reconnect).
+    /// Connections made (the first, and every reconnect; on a single node over TCP, one per
+    /// thread that decides).
     pub connects: u64,
     /// Requests answered from the deny cache.
     pub deny_cache_hits: u64,

@@ -345,27 +345,17 @@ impl RedisStore {
             Some(t) => (Some(t / 1000), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0)),
             None => (None, 0),
         };
-        let keys: Vec<String> = checks.iter().map(|c| self.plans[c.policy].key(&c.key)).collect();
-        let call =
-            |indices: Vec<usize>, keys: Vec<String>| Call { plans: &self.plans, checks, indices, keys, now, grace_ms };
+        let call = |indices: Vec<usize>| Call { plans: &self.plans, checks, indices, now, grace_ms };
         if !self.options.cluster {
-            let decisions = call((0..checks.len()).collect(), keys)
-                .run(&mut conn, &self.counters)
-                .await
-                .map_err(|e| self.failure(e))?;
+            let decisions =
+                call((0..checks.len()).collect()).run(&mut conn, &self.counters).await.map_err(|e| self.failure(e))?;
             return Ok(Verdict { allowed: decisions.iter().all(|d| d.allowed), decisions });
         }
         let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (i, k) in keys.iter().enumerate() {
-            by_slot.entry(key_slot(k.as_bytes())).or_default().push(i);
+        for (i, c) in checks.iter().enumerate() {
+            by_slot.entry(key_slot(self.plans[c.policy].key(&c.key).as_bytes())).or_default().push(i);
         }
-        let calls: Vec<Call<'_>> = by_slot
-            .into_values()
-            .map(|indices| {
-                let group_keys = indices.iter().map(|&i| keys[i].clone()).collect();
-                call(indices, group_keys)
-            })
-            .collect();
+        let calls: Vec<Call<'_>> = by_slot.into_values().map(call).collect();
         let results = join_all(
             calls
                 .iter()

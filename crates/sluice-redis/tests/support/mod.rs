@@ -71,6 +71,11 @@ impl RedisServer {
         Self::start_with(free_port(false), Vec::new())
     }
 
+    /// A standalone server on a free port, with more `redis-server` arguments.
+    pub fn start_with_args(extra: &[&str]) -> Self {
+        Self::start_with(free_port(false), extra.iter().map(|a| a.to_string()).collect())
+    }
+
     fn start_with(port: u16, extra: Vec<String>) -> Self {
         require("redis-server");
         let mut s = Self { child: None, port, dir: temp_dir(), extra };
@@ -97,7 +102,9 @@ impl RedisServer {
             if let Some(Some(status)) = self.child.as_mut().map(|c| c.try_wait().ok().flatten()) {
                 panic!("redis-server on port {} exited at start ({status})", self.port);
             }
-            if raw(self.port, "PING", Duration::from_millis(200)).is_some_and(|r| r.starts_with("+PONG")) {
+            if raw(self.port, "PING", Duration::from_millis(200))
+                .is_some_and(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH"))
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
