@@ -12,7 +12,7 @@ use sluice_config::ForwardedHeader;
 use sluice_http::identity::Client;
 
 use crate::body::ReplayBody;
-use crate::conn_pool::ConnPool;
+use crate::conn_pool::{ConnPool, SendError};
 use crate::error::GatewayError;
 use crate::respond::{self, Body};
 
@@ -92,16 +92,18 @@ impl Upstream {
         }
         forwarding.apply(&mut parts.headers, client);
         let req = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.pool().send(req)).await {
-            Ok(Ok(res)) => {
+        match self.pool().send(req, self.timeout).await {
+            Ok(res) => {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
                 parts.version = http::Version::HTTP_11;
                 strip_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, Either::Right(body))
             }
-            Ok(Err(_)) => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
-            Err(_) => respond::error(504, "gateway_timeout", "The upstream service did not answer in time."),
+            Err(SendError::Timeout) => {
+                respond::error(504, "gateway_timeout", "The upstream service did not answer in time.")
+            }
+            Err(_) => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
         }
     }
 }

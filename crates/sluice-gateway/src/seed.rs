@@ -24,13 +24,15 @@
 //! assert_eq!(seed.status().decisions[0].policy, "per-ip");
 //! ```
 
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-use http::header::{ALLOW, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use bytes::Bytes;
+use http::header::{ALLOW, CONTENT_LENGTH, HeaderName, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use sluice_core::{Decision, ParamError, TokenBucket};
@@ -178,6 +180,8 @@ pub struct SeedService {
     hello: FaceRoute,
     /// Requests being handled now (`sluice_in_flight`).
     in_flight: AtomicUsize,
+    /// The headers of a denial, built once ([`denial_headers`]).
+    denial_headers: HeaderMap,
 }
 
 /// The tutorial's 429 body (`retryAfterSeconds`), with the snake-case field sluice uses elsewhere.
@@ -235,6 +239,7 @@ impl SeedService {
             observed,
             hello,
             in_flight: AtomicUsize::new(0),
+            denial_headers: denial_headers(capacity),
         }
     }
 
@@ -272,19 +277,23 @@ impl SeedService {
             res.headers_mut().insert(RATELIMIT_REMAINING.clone(), number(decision.remaining));
         };
         if !decision.allowed {
-            // Denials differ only in their seconds: the body is written once, filled per request.
-            static DENIAL: LazyLock<JsonTemplate> = LazyLock::new(|| {
-                JsonTemplate::new(|secs| SeedDenial {
-                    error: "rate_limit_exceeded",
-                    message: "Перевищено частоту запитів.",
-                    retry_after_camel: secs,
-                    retry_after_seconds: secs,
-                })
-            });
             let secs = retry_after_secs(&decision);
-            let mut res = respond::answer(Answer::json_bytes(StatusCode::TOO_MANY_REQUESTS, DENIAL.render(secs), 8));
-            quota(&mut res);
-            write_denial_headers(res.headers_mut(), secs);
+            let (body, retry_after) = denial_of(secs);
+            // The denial's headers, copied from the ones built at start-up, the three that vary
+            // set in place: no header is hashed, one map allocated.
+            let mut headers = self.denial_headers.clone();
+            for (name, value) in headers.iter_mut() {
+                if name == CONTENT_LENGTH {
+                    *value = number(body.len() as u64);
+                } else if name == RETRY_AFTER {
+                    *value = retry_after.clone();
+                } else if name == RATELIMIT_REMAINING {
+                    *value = number(decision.remaining);
+                }
+            }
+            let mut res = Response::new(respond::full(body));
+            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            *res.headers_mut() = headers;
             return res;
         }
         if method != Method::GET {
@@ -297,6 +306,42 @@ impl SeedService {
         quota(&mut res);
         res
     }
+}
+
+/// A denial's headers as they are written for every denial of a bucket of `capacity`: its
+/// `Content-Length`, `RateLimit-Remaining` and `Retry-After` are set per response.
+fn denial_headers(capacity: u64) -> HeaderMap {
+    let mut res = respond::answer(Answer::json_bytes(StatusCode::TOO_MANY_REQUESTS, Bytes::new(), 8));
+    let headers = res.headers_mut();
+    headers.insert(RATELIMIT_LIMIT.clone(), number(capacity));
+    headers.insert(RATELIMIT_REMAINING.clone(), number(0));
+    write_denial_headers(headers, 1);
+    std::mem::take(headers)
+}
+
+/// The body and the `Retry-After` value of a denial `secs` seconds long. Denials differ only in
+/// their seconds: the body is serialised once, filled per second, and the last one written is
+/// kept by each worker thread (under load, most denials of a second share it).
+fn denial_of(secs: u64) -> (Bytes, HeaderValue) {
+    static DENIAL: LazyLock<JsonTemplate> = LazyLock::new(|| {
+        JsonTemplate::new(|secs| SeedDenial {
+            error: "rate_limit_exceeded",
+            message: "Перевищено частоту запитів.",
+            retry_after_camel: secs,
+            retry_after_seconds: secs,
+        })
+    });
+    thread_local! {
+        static LAST: RefCell<Option<(u64, Bytes, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((s, body, value)) if *s == secs => (body.clone(), value.clone()),
+        _ => {
+            let (body, value) = (DENIAL.render(secs), number(secs));
+            *last = Some((secs, body.clone(), value.clone()));
+            (body, value)
+        }
+    })
 }
 
 /// The outcome of the seed's one check, as the faces count outcomes.

@@ -9,11 +9,12 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::respond::Body;
+use crate::timer::ConnTimer;
 
 /// How long a client may take to send a request's headers before the connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -63,7 +64,8 @@ pub async fn serve<H: Handler>(
                     async move { handler.handle(peer, req).await }
                 });
                 let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
+                    // One sleep per connection for every request's header read timeout.
+                    .timer(ConnTimer::default())
                     .header_read_timeout(HEADER_READ_TIMEOUT)
                     .keep_alive(true)
                     .serve_connection(TokioIo::new(stream), service);
