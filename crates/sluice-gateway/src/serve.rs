@@ -67,6 +67,7 @@ pub async fn serve<H: Handler>(
                     // One sleep per connection for every request's header read timeout.
                     .timer(ConnTimer::default())
                     .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .writev(false)
                     .keep_alive(true)
                     .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
