@@ -24,7 +24,7 @@
 //! assert_eq!(seed.status().decisions[0].policy, "per-ip");
 //! ```
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -36,7 +36,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use sluice_core::{Decision, ParamError, TokenBucket};
-use sluice_store::{Check, KeyHasher, MemoryStore, Store, StoreError};
+use sluice_store::{Check, KeyHash, KeyHasher, MemoryStore, Store, StoreError};
 
 use sluice_http::enforce::{Outcome, PolicyInfo};
 use sluice_http::headers::{number, retry_after_secs, write_denial_headers};
@@ -182,6 +182,8 @@ pub struct SeedService {
     in_flight: AtomicUsize,
     /// The headers of a denial, built once ([`denial_headers`]).
     denial_headers: HeaderMap,
+    /// Tells this service's keys from another's in a thread's last key ([`SeedService::key_of`]).
+    id: u64,
 }
 
 /// The tutorial's 429 body (`retryAfterSeconds`), with the snake-case field sluice uses elsewhere.
@@ -240,6 +242,10 @@ impl SeedService {
             hello,
             in_flight: AtomicUsize::new(0),
             denial_headers: denial_headers(capacity),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
         }
     }
 
@@ -255,7 +261,7 @@ impl SeedService {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             IpAddr::V6(v6) => v6.octets(),
         };
-        let check = Check { policy: 0, key: self.hasher.hash(&[b"ip", &grouped]), cost: 1 };
+        let check = Check { policy: 0, key: self.key_of(grouped), cost: 1 };
         let asked = Instant::now();
         let decided = self.store.decide_one_now(&check);
         let timing = Timing::since(started, asked);
@@ -265,6 +271,22 @@ impl SeedService {
         let res = self.answer(ip, method, &outcome);
         line.emit(res.status().as_u16());
         res
+    }
+
+    /// The keyed hash of a client address. The requests of one connection come from one
+    /// address: each worker thread keeps the last one it hashed, for this service.
+    fn key_of(&self, grouped: [u8; 16]) -> KeyHash {
+        thread_local! {
+            static LAST: Cell<Option<(u64, [u8; 16], KeyHash)>> = const { Cell::new(None) };
+        }
+        LAST.with(|last| match last.get() {
+            Some((id, ip, key)) if id == self.id && ip == grouped => key,
+            _ => {
+                let key = self.hasher.hash(&[b"ip", &grouped]);
+                last.set(Some((self.id, grouped, key)));
+                key
+            }
+        })
     }
 
     fn answer(&self, ip: IpAddr, method: &Method, outcome: &Result<Outcome, StoreError>) -> Response<Body> {
