@@ -49,6 +49,9 @@ pub struct RequestFacts<'a> {
 /// for keys named in the decision API.
 pub type KeyKind = &'static str;
 
+/// A part of a key as a request gives it: its kind and its bytes.
+type KeyPart<'a> = (KeyKind, Cow<'a, [u8]>);
+
 /// Builds keys: the keyed hash of the parts a request supplies. Raw identities (addresses,
 /// emails, API keys) go no further than this.
 #[derive(Debug, Clone)]
@@ -148,7 +151,7 @@ impl KeyBuilder {
         // Keys of up to three parts (nearly all) are gathered and hashed on the stack.
         const INLINE: usize = 3;
         if n <= INLINE {
-            let mut found: [(KeyKind, Cow<'_, [u8]>); INLINE] = std::array::from_fn(|_| absent());
+            let mut found: [KeyPart<'_>; INLINE] = std::array::from_fn(|_| absent());
             for (slot, chain) in found.iter_mut().zip(&spec.parts) {
                 if let Some(part) = self.first_of(chain, facts, memo, ip)? {
                     *slot = part;
@@ -163,7 +166,7 @@ impl KeyBuilder {
             let kind = if n == 0 { "absent" } else { found[0].0 };
             return Ok((self.hasher.hash(&parts[..1 + 2 * n]), kind));
         }
-        let mut found: Vec<(KeyKind, Cow<'_, [u8]>)> = Vec::with_capacity(n);
+        let mut found: Vec<KeyPart<'_>> = Vec::with_capacity(n);
         for chain in &spec.parts {
             found.push(self.first_of(chain, facts, memo, ip)?.unwrap_or_else(absent));
         }
@@ -185,7 +188,7 @@ impl KeyBuilder {
         facts: &RequestFacts<'a>,
         memo: &TokenMemo,
         ip: &'a [u8],
-    ) -> Result<Option<(KeyKind, Cow<'a, [u8]>)>, KeyRefusal> {
+    ) -> Result<Option<KeyPart<'a>>, KeyRefusal> {
         for source in chain {
             let value = match source {
                 KeySource::Ip => Some(Cow::Borrowed(ip)),
