@@ -1,6 +1,7 @@
 //! Decision log lines: a sampled share of admitted decisions and every denial up to a rate cap.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
@@ -78,6 +79,9 @@ pub struct DecisionLog {
     cap: Option<TokenBucket>,
     /// The cap's one bucket.
     cap_state: Mutex<GcraState>,
+    /// Until when (clock nanoseconds) the cap is known to be spent: it refused a line then and
+    /// told how long until its next one.
+    cap_shut_until: AtomicU64,
     /// Time for the cap.
     clock: Arc<dyn Clock>,
     /// Draws for sampling.
@@ -111,6 +115,7 @@ impl DecisionLog {
             sampling: Sampling::of(config.sample),
             cap,
             cap_state: Mutex::new(GcraState::default()),
+            cap_shut_until: AtomicU64::new(0),
             clock,
             random,
             dropped,
@@ -130,8 +135,20 @@ impl DecisionLog {
     pub fn admit_denial(&self) -> bool {
         let admitted = self.cap.is_some_and(|bucket| {
             let now = self.clock.now();
+            // Under a flood nearly every denial finds the cap spent: known without the lock
+            // (which every worker thread would take for every denial) until its next line.
+            if now < self.cap_shut_until.load(Ordering::Relaxed) {
+                return false;
+            }
             let mut state = self.cap_state.lock().unwrap_or_else(|e| e.into_inner());
-            bucket.check(&mut state, now, 1).is_ok_and(|d| d.allowed)
+            match bucket.check(&mut state, now, 1) {
+                Ok(d) if d.allowed => true,
+                Ok(d) => {
+                    self.cap_shut_until.store(now.saturating_add(d.retry_after), Ordering::Relaxed);
+                    false
+                }
+                Err(_) => false,
+            }
         });
         if !admitted {
             self.dropped.inc();
