@@ -29,7 +29,7 @@ need nginx nginx-light
 service nginx stop >/dev/null 2>&1 || true
 
 cargo build --release -q -p sluice
-SLUICE=target/release/sluice
+SLUICE=${CARGO_TARGET_DIR:-target}/release/sluice
 dir=$(mktemp -d)
 pids=()
 cleanup() {

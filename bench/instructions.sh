@@ -26,7 +26,7 @@ for tool in valgrind:valgrind wrk:wrk nginx:nginx-light curl:curl; do
 done
 
 cargo build --release -q -p sluice
-SLUICE=$PWD/target/release/sluice
+SLUICE=$(realpath "${CARGO_TARGET_DIR:-target}")/release/sluice
 dir=$(mktemp -d)
 chmod 755 "$dir"
 upstream_pid=""

@@ -9,6 +9,7 @@
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -17,8 +18,10 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 use crate::body::ReplayBody;
+use crate::timer::within;
 
 /// Idle connections kept per worker thread and upstream; beyond them, a connection is closed.
 const MAX_IDLE: usize = 1024;
@@ -32,6 +35,17 @@ pub enum SendError {
     /// The exchange failed.
     #[error("the upstream exchange failed: {0}")]
     Http(#[from] hyper::Error),
+    /// No response head came in time.
+    #[error("the upstream did not answer in time")]
+    Timeout,
+}
+
+/// An open connection and the sleep that times its exchanges (moved on for each one: see
+/// [`crate::timer`]).
+#[derive(Debug)]
+struct Conn {
+    sender: SendRequest<ReplayBody>,
+    sleep: Pin<Box<Sleep>>,
 }
 
 /// A worker thread's connections to one upstream.
@@ -40,7 +54,7 @@ pub struct ConnPool {
     /// `host:port` to connect to.
     authority: String,
     /// Connections ready for a request, most recently used last.
-    idle: Mutex<Vec<SendRequest<ReplayBody>>>,
+    idle: Mutex<Vec<Conn>>,
 }
 
 impl ConnPool {
@@ -49,46 +63,74 @@ impl ConnPool {
         Self { authority, idle: Mutex::new(Vec::new()) }
     }
 
-    /// Sends `req` (in origin form) on an idle connection, or on a new one. A request that an
-    /// idle connection refused before sending anything (the upstream closed it meanwhile) is
-    /// sent again on a new connection.
-    pub async fn send(self: &Arc<Self>, req: Request<ReplayBody>) -> Result<Response<PooledBody>, SendError> {
+    /// Sends `req` (in origin form) on an idle connection, or on a new one, waiting at most
+    /// `timeout` for the response head. A request that an idle connection refused before sending
+    /// anything (the upstream closed it meanwhile) is sent again on a new connection.
+    pub async fn send(
+        self: &Arc<Self>,
+        req: Request<ReplayBody>,
+        timeout: Duration,
+    ) -> Result<Response<PooledBody>, SendError> {
+        let deadline = Instant::now() + timeout;
         let mut req = req;
         // A connection given back at its body's end is ready once its task has seen that end.
-        if let Some(mut sender) = self.checkout()
-            && sender.ready().await.is_ok()
-        {
-            match sender.try_send_request(req).await {
-                Ok(res) => return Ok(self.pooled(res, sender)),
-                Err(mut e) => match e.take_message() {
-                    Some(back) => req = back,
-                    None => return Err(SendError::Http(e.into_error())),
+        if let Some(mut conn) = self.checkout() {
+            conn.sleep.as_mut().reset(deadline);
+            let Conn { sender, sleep } = &mut conn;
+            match within(sleep, sender.ready()).await {
+                None => return Err(SendError::Timeout),
+                Some(Ok(())) => match within(sleep, sender.try_send_request(req)).await {
+                    None => return Err(SendError::Timeout),
+                    Some(Ok(res)) => return Ok(self.pooled(res, conn)),
+                    Some(Err(mut e)) => match e.take_message() {
+                        Some(back) => req = back,
+                        None => return Err(SendError::Http(e.into_error())),
+                    },
                 },
+                // Closed meanwhile: a new connection takes the request.
+                Some(Err(_)) => {}
             }
+            return self.send_new(req, conn.sleep).await;
         }
-        let mut sender = self.connect().await?;
-        let res = sender.send_request(req).await?;
-        Ok(self.pooled(res, sender))
+        self.send_new(req, Box::pin(tokio::time::sleep_until(deadline))).await
+    }
+
+    /// Sends `req` on a new connection, within `sleep`.
+    async fn send_new(
+        self: &Arc<Self>,
+        req: Request<ReplayBody>,
+        mut sleep: Pin<Box<Sleep>>,
+    ) -> Result<Response<PooledBody>, SendError> {
+        let sent = within(&mut sleep, async {
+            let mut sender = self.connect().await?;
+            let res = sender.send_request(req).await?;
+            Ok::<_, SendError>((res, sender))
+        });
+        match sent.await {
+            None => Err(SendError::Timeout),
+            Some(Err(e)) => Err(e),
+            Some(Ok((res, sender))) => Ok(self.pooled(res, Conn { sender, sleep })),
+        }
     }
 
     /// The most recently used idle connection still open.
-    fn checkout(&self) -> Option<SendRequest<ReplayBody>> {
+    fn checkout(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(sender) = idle.pop() {
-            if !sender.is_closed() {
-                return Some(sender);
+        while let Some(conn) = idle.pop() {
+            if !conn.sender.is_closed() {
+                return Some(conn);
             }
         }
         None
     }
 
-    fn checkin(&self, sender: SendRequest<ReplayBody>) {
-        if sender.is_closed() {
+    fn checkin(&self, conn: Conn) {
+        if conn.sender.is_closed() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE {
-            idle.push(sender);
+            idle.push(conn);
         }
     }
 
@@ -104,9 +146,9 @@ impl ConnPool {
         Ok(sender)
     }
 
-    fn pooled(self: &Arc<Self>, res: Response<Incoming>, sender: SendRequest<ReplayBody>) -> Response<PooledBody> {
+    fn pooled(self: &Arc<Self>, res: Response<Incoming>, conn: Conn) -> Response<PooledBody> {
         let (parts, body) = res.into_parts();
-        let mut pooled = PooledBody { body, back: Some((Arc::clone(self), sender)) };
+        let mut pooled = PooledBody { body, back: Some((Arc::clone(self), conn)) };
         if pooled.body.is_end_stream() {
             pooled.give_back();
         }
@@ -120,13 +162,13 @@ pub struct PooledBody {
     /// The upstream's body, streamed.
     body: Incoming,
     /// The connection and its pool, until the body has ended.
-    back: Option<(Arc<ConnPool>, SendRequest<ReplayBody>)>,
+    back: Option<(Arc<ConnPool>, Conn)>,
 }
 
 impl PooledBody {
     fn give_back(&mut self) {
-        if let Some((pool, sender)) = self.back.take() {
-            pool.checkin(sender);
+        if let Some((pool, conn)) = self.back.take() {
+            pool.checkin(conn);
         }
     }
 }

@@ -192,26 +192,24 @@ impl Gateway {
             return Ok(forward_auth::handle(limiter, observed, config, peer.ip(), req.headers()).await);
         }
         let client = loaded.limiter.client(peer.ip(), req.headers());
+        let (parts, body) = req.into_parts();
         // Routes match, and the `path` key part reads, the normalised path: spellings of one
         // resource share one route and one key; a path upstreams read differently is refused,
-        // never forwarded unlimited. Normalised once per request.
-        let path = match route_path(req.uri().path()) {
-            Ok(p) => p.into_owned(),
+        // never forwarded unlimited. Normalised once per request (borrowed when already normal).
+        let path = match route_path(parts.uri.path()) {
+            Ok(p) => p,
             Err(refused) => return Ok(respond::answer(refused.answer())),
         };
-        let method = req.method().as_str();
-        let Some((route_idx, route)) = routes::find(&loaded.config.routes, method, &path) else {
+        let Some((route_idx, route)) = routes::find(&loaded.config.routes, parts.method.as_str(), &path) else {
             loaded.observed.unmatched();
             return Ok(match &loaded.upstream {
                 Some(up) => {
-                    let (parts, body) = req.into_parts();
                     let req = Request::from_parts(parts, ReplayBody::untouched(body));
                     up.forward(req, &client, &loaded.forwarding).await
                 }
                 None => respond::error(404, "not_found", "No such route."),
             });
         };
-        let (parts, body) = req.into_parts();
         let facts = RequestFacts {
             method: parts.method.as_str(),
             path: &path,

@@ -9,6 +9,7 @@
 //! - [`seed`]: the default service of `sluice serve` without a config;
 //! - [`proxy`] and [`body`]: the pooled upstream client and replayable request bodies;
 //! - [`serve`]: accept loops (one runtime per core), graceful shutdown, signals;
+//! - [`timer`]: timeouts that reuse one timer entry per connection;
 //! - [`stores`]: the store a configuration asks for (memory or Redis), kept across reloads;
 //! - [`observe`] and [`admin`]: Prometheus metrics, sampled decision logs, the admin listener;
 //! - [`error`]: what can go wrong building or reloading a gateway.
@@ -47,3 +48,4 @@ pub mod routes;
 pub mod seed;
 pub mod serve;
 pub mod stores;
+pub mod timer;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use http_body_util::Either;
 
@@ -12,7 +13,7 @@ use sluice_config::ForwardedHeader;
 use sluice_http::identity::Client;
 
 use crate::body::ReplayBody;
-use crate::conn_pool::ConnPool;
+use crate::conn_pool::{ConnPool, SendError};
 use crate::error::GatewayError;
 use crate::respond::{self, Body};
 
@@ -70,12 +71,17 @@ impl Upstream {
     /// 502/504 JSON answer when the upstream is down or slow.
     pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
-        // Origin form (`/path?query`): the connection is the upstream's already.
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let Ok(uri) = Uri::builder().path_and_query(path).build() else {
-            return respond::error(400, "bad_request", "The request target cannot be forwarded.");
-        };
-        parts.uri = uri;
+        // Origin form (`/path?query`): the connection is the upstream's already. A target in
+        // origin form already (the usual case) is sent as it came, parsed once.
+        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+            let mut origin = http::uri::Parts::default();
+            origin.path_and_query =
+                Some(parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
+            let Ok(uri) = Uri::from_parts(origin) else {
+                return respond::error(400, "bad_request", "The request target cannot be forwarded.");
+            };
+            parts.uri = uri;
+        }
         if !parts.headers.contains_key(header::HOST)
             && let Ok(host) = HeaderValue::from_str(self.authority.as_str())
         {
@@ -92,16 +98,18 @@ impl Upstream {
         }
         forwarding.apply(&mut parts.headers, client);
         let req = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.pool().send(req)).await {
-            Ok(Ok(res)) => {
+        match self.pool().send(req, self.timeout).await {
+            Ok(res) => {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
                 parts.version = http::Version::HTTP_11;
                 strip_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, Either::Right(body))
             }
-            Ok(Err(_)) => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
-            Err(_) => respond::error(504, "gateway_timeout", "The upstream service did not answer in time."),
+            Err(SendError::Timeout) => {
+                respond::error(504, "gateway_timeout", "The upstream service did not answer in time.")
+            }
+            Err(_) => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
         }
     }
 }
@@ -120,31 +128,55 @@ static STRIPPED: [HeaderName; STRIPPED_COUNT] = [
     header::PROXY_AUTHORIZATION,
 ];
 
+/// The place of `name` in [`STRIPPED`], if it is one of them: one comparison of the name's
+/// length and at most one of its bytes.
+fn stripped_index(name: &HeaderName) -> Option<usize> {
+    match name.as_str() {
+        "connection" => Some(0),
+        "keep-alive" => Some(1),
+        "proxy-connection" => Some(2),
+        "te" => Some(3),
+        "trailer" => Some(4),
+        "transfer-encoding" => Some(5),
+        "upgrade" => Some(6),
+        "proxy-authorization" => Some(7),
+        _ => None,
+    }
+}
+
 /// Removes hop-by-hop headers, including those the `Connection` header lists, and
 /// `Proxy-Authorization`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the names, which compares, instead of a hashed removal per stripped name:
     // most messages hold one of them at most (a response's `Connection: keep-alive`).
     let mut present = [false; STRIPPED_COUNT];
+    let mut any = false;
     for name in headers.keys() {
-        if let Some(i) = STRIPPED.iter().position(|s| s == name) {
+        if let Some(i) = stripped_index(name) {
             present[i] = true;
+            any = true;
         }
     }
-    if !present.contains(&true) {
+    if !any {
         return;
     }
     // `keep-alive` names a header stripped anyway: the usual `Connection` value allocates
     // nothing. (`close` is an option, but a header of that name must go too, RFC 9110 §7.6.1.)
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|t| !t.eq_ignore_ascii_case("keep-alive"))
-        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
-        .collect();
+    let only_keep_alive =
+        || headers.get_all(header::CONNECTION).iter().all(|v| v.as_bytes().eq_ignore_ascii_case(b"keep-alive"));
+    let listed: Vec<HeaderName> = if present[0] && !only_keep_alive() {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|t| !t.eq_ignore_ascii_case("keep-alive"))
+            .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
     for (name, _) in STRIPPED.iter().zip(present).filter(|(_, p)| *p) {
         headers.remove(name);
     }
@@ -207,16 +239,39 @@ impl Forwarding {
             ForwardedHeader::XForwardedFor => (&X_FORWARDED_FOR, &FORWARDED),
             ForwardedHeader::Forwarded => (&FORWARDED, &X_FORWARDED_FOR),
         };
-        headers.remove(other);
+        // Which identity headers came, in one pass over the names: most requests carry none, and
+        // removing an absent header still hashes its name.
+        let (mut has_ours, mut has_other, mut has_real_ip, mut has_identity) = (false, false, false, false);
+        for name in headers.keys() {
+            if name == ours {
+                has_ours = true;
+            } else if name == other {
+                has_other = true;
+            } else if name == X_REAL_IP {
+                has_real_ip = true;
+            } else if self.identity.iter().any(|h| h == name) {
+                has_identity = true;
+            }
+        }
+        if has_other {
+            headers.remove(other);
+        }
         if !client.peer_trusted {
-            headers.remove(ours);
-            headers.remove(&X_REAL_IP);
-            for h in &self.identity {
-                headers.remove(h);
+            if has_ours {
+                headers.remove(ours);
+                has_ours = false;
+            }
+            if has_real_ip {
+                headers.remove(&X_REAL_IP);
+            }
+            if has_identity {
+                for h in &self.identity {
+                    headers.remove(h);
+                }
             }
         }
         let header = self.header;
-        append_entry(headers, ours, |out| match (header, client.ip) {
+        let write = |out: &mut Vec<u8>| match (header, client.ip) {
             (ForwardedHeader::XForwardedFor, IpAddr::V4(v4)) => push_ipv4(out, v4),
             (ForwardedHeader::XForwardedFor, IpAddr::V6(v6)) => out.extend_from_slice(v6.to_string().as_bytes()),
             (ForwardedHeader::Forwarded, IpAddr::V4(v4)) => {
@@ -224,23 +279,43 @@ impl Forwarding {
                 push_ipv4(out, v4);
             }
             (ForwardedHeader::Forwarded, IpAddr::V6(v6)) => out.extend_from_slice(format!("for=\"[{v6}]\"").as_bytes()),
-        });
+        };
+        append_entry(headers, has_ours.then_some(ours), ours, write);
     }
 }
 
-/// Appends the entry `write` writes to the list `name` holds: several header lines are one
-/// list, so every entry is kept, in order, in one line.
-fn append_entry(headers: &mut HeaderMap, name: &HeaderName, write: impl FnOnce(&mut Vec<u8>)) {
-    let mut joined = Vec::with_capacity(48);
-    for line in headers.get_all(name) {
-        let line = line.as_bytes().trim_ascii();
-        if !line.is_empty() {
-            joined.extend_from_slice(line);
-            joined.extend_from_slice(b", ");
-        }
+/// Appends the entry `write` writes to the list `name` holds (`present`: `Some(name)` when the
+/// message has such a header): several header lines are one list, so every entry is kept, in
+/// order, in one line. Written in a buffer the thread keeps, then copied once into the value.
+fn append_entry(
+    headers: &mut HeaderMap,
+    present: Option<&HeaderName>,
+    name: &HeaderName,
+    write: impl FnOnce(&mut Vec<u8>),
+) {
+    thread_local! {
+        static JOINED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    write(&mut joined);
-    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+    let value = JOINED.with_borrow_mut(|joined| {
+        joined.clear();
+        if let Some(name) = present {
+            for line in headers.get_all(name) {
+                let line = line.as_bytes().trim_ascii();
+                if !line.is_empty() {
+                    joined.extend_from_slice(line);
+                    joined.extend_from_slice(b", ");
+                }
+            }
+        }
+        write(joined);
+        let value = HeaderValue::from_bytes(joined);
+        // A long list from a client is not kept for the thread's lifetime.
+        if joined.capacity() > 4096 {
+            *joined = Vec::new();
+        }
+        value
+    });
+    if let Ok(v) = value {
         headers.insert(name.clone(), v);
     }
 }

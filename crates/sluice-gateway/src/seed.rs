@@ -24,17 +24,19 @@
 //! assert_eq!(seed.status().decisions[0].policy, "per-ip");
 //! ```
 
+use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-use http::header::{ALLOW, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use bytes::Bytes;
+use http::header::{ALLOW, CONTENT_LENGTH, HeaderName, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use sluice_core::{Decision, ParamError, TokenBucket};
-use sluice_store::{Check, KeyHasher, MemoryStore, Store, StoreError};
+use sluice_store::{Check, KeyHash, KeyHasher, MemoryStore, Store, StoreError};
 
 use sluice_http::enforce::{Outcome, PolicyInfo};
 use sluice_http::headers::{number, retry_after_secs, write_denial_headers};
@@ -178,6 +180,10 @@ pub struct SeedService {
     hello: FaceRoute,
     /// Requests being handled now (`sluice_in_flight`).
     in_flight: AtomicUsize,
+    /// The headers of a denial, built once ([`denial_headers`]).
+    denial_headers: HeaderMap,
+    /// Tells this service's keys from another's in a thread's last key ([`SeedService::key_of`]).
+    id: u64,
 }
 
 /// The tutorial's 429 body (`retryAfterSeconds`), with the snake-case field sluice uses elsewhere.
@@ -235,6 +241,11 @@ impl SeedService {
             observed,
             hello,
             in_flight: AtomicUsize::new(0),
+            denial_headers: denial_headers(capacity),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
         }
     }
 
@@ -250,7 +261,7 @@ impl SeedService {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             IpAddr::V6(v6) => v6.octets(),
         };
-        let check = Check { policy: 0, key: self.hasher.hash(&[b"ip", &grouped]), cost: 1 };
+        let check = Check { policy: 0, key: self.key_of(grouped), cost: 1 };
         let asked = Instant::now();
         let decided = self.store.decide_one_now(&check);
         let timing = Timing::since(started, asked);
@@ -260,6 +271,22 @@ impl SeedService {
         let res = self.answer(ip, method, &outcome);
         line.emit(res.status().as_u16());
         res
+    }
+
+    /// The keyed hash of a client address. The requests of one connection come from one
+    /// address: each worker thread keeps the last one it hashed, for this service.
+    fn key_of(&self, grouped: [u8; 16]) -> KeyHash {
+        thread_local! {
+            static LAST: Cell<Option<(u64, [u8; 16], KeyHash)>> = const { Cell::new(None) };
+        }
+        LAST.with(|last| match last.get() {
+            Some((id, ip, key)) if id == self.id && ip == grouped => key,
+            _ => {
+                let key = self.hasher.hash(&[b"ip", &grouped]);
+                last.set(Some((self.id, grouped, key)));
+                key
+            }
+        })
     }
 
     fn answer(&self, ip: IpAddr, method: &Method, outcome: &Result<Outcome, StoreError>) -> Response<Body> {
@@ -272,19 +299,23 @@ impl SeedService {
             res.headers_mut().insert(RATELIMIT_REMAINING.clone(), number(decision.remaining));
         };
         if !decision.allowed {
-            // Denials differ only in their seconds: the body is written once, filled per request.
-            static DENIAL: LazyLock<JsonTemplate> = LazyLock::new(|| {
-                JsonTemplate::new(|secs| SeedDenial {
-                    error: "rate_limit_exceeded",
-                    message: "Перевищено частоту запитів.",
-                    retry_after_camel: secs,
-                    retry_after_seconds: secs,
-                })
-            });
             let secs = retry_after_secs(&decision);
-            let mut res = respond::answer(Answer::json_bytes(StatusCode::TOO_MANY_REQUESTS, DENIAL.render(secs), 8));
-            quota(&mut res);
-            write_denial_headers(res.headers_mut(), secs);
+            let (body, retry_after) = denial_of(secs);
+            // The denial's headers, copied from the ones built at start-up, the three that vary
+            // set in place: no header is hashed, one map allocated.
+            let mut headers = self.denial_headers.clone();
+            for (name, value) in headers.iter_mut() {
+                if name == CONTENT_LENGTH {
+                    *value = number(body.len() as u64);
+                } else if name == RETRY_AFTER {
+                    *value = retry_after.clone();
+                } else if name == RATELIMIT_REMAINING {
+                    *value = number(decision.remaining);
+                }
+            }
+            let mut res = Response::new(respond::full(body));
+            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            *res.headers_mut() = headers;
             return res;
         }
         if method != Method::GET {
@@ -297,6 +328,42 @@ impl SeedService {
         quota(&mut res);
         res
     }
+}
+
+/// A denial's headers as they are written for every denial of a bucket of `capacity`: its
+/// `Content-Length`, `RateLimit-Remaining` and `Retry-After` are set per response.
+fn denial_headers(capacity: u64) -> HeaderMap {
+    let mut res = respond::answer(Answer::json_bytes(StatusCode::TOO_MANY_REQUESTS, Bytes::new(), 8));
+    let headers = res.headers_mut();
+    headers.insert(RATELIMIT_LIMIT.clone(), number(capacity));
+    headers.insert(RATELIMIT_REMAINING.clone(), number(0));
+    write_denial_headers(headers, 1);
+    std::mem::take(headers)
+}
+
+/// The body and the `Retry-After` value of a denial `secs` seconds long. Denials differ only in
+/// their seconds: the body is serialised once, filled per second, and the last one written is
+/// kept by each worker thread (under load, most denials of a second share it).
+fn denial_of(secs: u64) -> (Bytes, HeaderValue) {
+    static DENIAL: LazyLock<JsonTemplate> = LazyLock::new(|| {
+        JsonTemplate::new(|secs| SeedDenial {
+            error: "rate_limit_exceeded",
+            message: "Перевищено частоту запитів.",
+            retry_after_camel: secs,
+            retry_after_seconds: secs,
+        })
+    });
+    thread_local! {
+        static LAST: RefCell<Option<(u64, Bytes, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((s, body, value)) if *s == secs => (body.clone(), value.clone()),
+        _ => {
+            let (body, value) = (DENIAL.render(secs), number(secs));
+            *last = Some((secs, body.clone(), value.clone()));
+            (body, value)
+        }
+    })
 }
 
 /// The outcome of the seed's one check, as the faces count outcomes.

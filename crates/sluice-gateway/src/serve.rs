@@ -2,18 +2,22 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpListener;
 
 use crate::respond::Body;
+use crate::timer::ConnTimer;
 
 /// How long a client may take to send a request's headers before the connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,7 +46,7 @@ pub async fn serve<H: Handler>(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
+    let drain_set = Arc::new(Drain::default());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         tokio::select! {
@@ -63,21 +67,127 @@ pub async fn serve<H: Handler>(
                     async move { handler.handle(peer, req).await }
                 });
                 let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
+                    // One sleep per connection for every request's header read timeout.
+                    .timer(ConnTimer::default())
                     .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .writev(false)
                     .keep_alive(true)
                     .serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
+                tokio::spawn(Watched { conn: Box::pin(conn), ticket: drain_set.enter(), closing: false, registered: false });
             }
             _ = &mut shutdown => break,
         }
     }
     drop(listener);
-    let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
+    let _ = tokio::time::timeout(drain, drain_all(&drain_set)).await;
     Ok(())
+}
+
+/// The connections of one accept loop, and the word that they should finish. A connection
+/// reads the word as one atomic load each time it is polled (a watch channel would be polled,
+/// registering its waiter, every time); its waker is kept once, to be woken with the word.
+#[derive(Debug, Default)]
+struct Drain {
+    /// Set when the loop stops accepting: finish the request in progress, then close.
+    closing: AtomicBool,
+    /// The live connections' wakers.
+    conns: Mutex<Conns>,
+    /// Told when the last connection ends.
+    idle: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct Conns {
+    /// A slot per connection (its waker once it has been polled); free slots are reused.
+    wakers: Vec<Option<Waker>>,
+    free: Vec<usize>,
+    live: usize,
+}
+
+impl Drain {
+    fn conns(&self) -> std::sync::MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a new connection in.
+    fn enter(self: &Arc<Self>) -> Ticket {
+        let mut conns = self.conns();
+        conns.live += 1;
+        let slot = match conns.free.pop() {
+            Some(slot) => slot,
+            None => {
+                conns.wakers.push(None);
+                conns.wakers.len() - 1
+            }
+        };
+        Ticket { drain: self.clone(), slot }
+    }
+}
+
+/// Tells every connection to finish and waits until they all have.
+async fn drain_all(drain: &Drain) {
+    drain.closing.store(true, Ordering::SeqCst);
+    for waker in drain.conns().wakers.iter().flatten() {
+        waker.wake_by_ref();
+    }
+    loop {
+        let idle = drain.idle.notified();
+        let mut idle = std::pin::pin!(idle);
+        idle.as_mut().enable();
+        if drain.conns().live == 0 {
+            return;
+        }
+        idle.await;
+    }
+}
+
+/// A connection's place in its [`Drain`], given back when the connection ends.
+#[derive(Debug)]
+struct Ticket {
+    drain: Arc<Drain>,
+    slot: usize,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut conns = self.drain.conns();
+        conns.wakers[self.slot] = None;
+        conns.free.push(self.slot);
+        conns.live -= 1;
+        if conns.live == 0 {
+            self.drain.idle.notify_waiters();
+        }
+    }
+}
+
+/// A connection that finishes gracefully once its [`Drain`] says so.
+struct Watched<C> {
+    conn: Pin<Box<C>>,
+    ticket: Ticket,
+    /// Told already.
+    closing: bool,
+    /// Its waker is in the drain's list.
+    registered: bool,
+}
+
+impl<C: GracefulConnection> Future for Watched<C> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        if !this.closing {
+            if !this.registered {
+                this.ticket.drain.conns().wakers[this.ticket.slot] = Some(cx.waker().clone());
+                this.registered = true;
+            }
+            // Read after the waker is in the list: a word sent meanwhile wakes this task again.
+            if this.ticket.drain.closing.load(Ordering::SeqCst) {
+                this.closing = true;
+                this.conn.as_mut().graceful_shutdown();
+            }
+        }
+        this.conn.as_mut().poll(cx).map(|_| ())
+    }
 }
 
 /// Listening sockets on one address, one per worker thread, sharing the port (`SO_REUSEPORT`

@@ -243,13 +243,25 @@ async fn an_upstream_that_is_down_gives_a_502_json_answer() {
 #[tokio::test]
 async fn an_upstream_that_does_not_answer_in_time_gives_a_504() {
     let up = upstream().await;
-    let toml = proxy_config(&up, "").replace("timeout_ms = 5000", "timeout_ms = 100");
+    let toml = proxy_config(&up, "").replace("timeout_ms = 5000", "timeout_ms = 1000");
     let (gw, _clock) = start(&toml).await;
     let c = Client::new(gw.addr);
-    let res = c.get("/limited/hold", &[]).await;
-    assert_eq!(res.status, 504);
-    assert_eq!(res.json()["error"], "gateway_timeout");
-    up.release.add_permits(1);
+    let timed_out = || async {
+        let res = c.get("/limited/hold", &[]).await;
+        assert_eq!(res.status, 504);
+        assert_eq!(res.json()["error"], "gateway_timeout");
+    };
+    // On a new connection.
+    timed_out().await;
+    // On a reused one: answered in time, the connection goes back to the pool with its timer,
+    // which each next exchange moves on instead of starting another.
+    for _ in 0..3 {
+        assert_eq!(c.get("/limited/echo", &[]).await.status, 200);
+    }
+    timed_out().await;
+    up.release.add_permits(2);
+    // The connection that timed out is gone; the next request is answered on another.
+    assert_eq!(c.get("/limited/echo", &[]).await.status, 200);
 }
 
 #[tokio::test]

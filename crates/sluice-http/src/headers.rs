@@ -61,6 +61,7 @@
 //! ```
 
 use std::borrow::{Borrow, Cow};
+use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use http::HeaderMap;
@@ -181,28 +182,76 @@ pub fn write_rate_limit_headers<'a, I>(
             HeaderStyle::Draft6 => {
                 let Some(v) = one() else { continue };
                 let d = &v.decision;
-                out.insert(RATELIMIT_LIMIT.clone(), number(d.limit));
+                out.insert(RATELIMIT_LIMIT.clone(), LIMIT.with(|last| last.number(d.limit)));
                 out.insert(RATELIMIT_REMAINING.clone(), number(d.remaining));
                 out.insert(RATELIMIT_RESET.clone(), number(ceil_secs(d.reset_after)));
                 // Both styles name a `RateLimit-Policy` header, in two syntaxes: with `ietf`
                 // also configured, only its (current) form is sent.
                 if !with_ietf {
-                    let mut s = String::with_capacity(24);
-                    let mut list = ListSerializer::with_buffer(&mut s);
-                    _ = list.bare_item(int(d.limit)).parameter(W, int(v.window_secs()));
-                    insert_list(out, &RATELIMIT_POLICY, list.finish());
+                    let policy = DRAFT6_POLICY.with(|last| {
+                        last.value((d.limit, v.window_secs()), || {
+                            let mut s = String::with_capacity(24);
+                            let mut list = ListSerializer::with_buffer(&mut s);
+                            _ = list.bare_item(int(d.limit)).parameter(W, int(v.window_secs()));
+                            list.finish().and_then(|s| HeaderValue::try_from(std::mem::take(s)).ok())
+                        })
+                    });
+                    if let Some(policy) = policy {
+                        out.insert(RATELIMIT_POLICY.clone(), policy);
+                    }
                 }
             }
             HeaderStyle::Ietf => write_ietf(out, views.clone()),
             HeaderStyle::XRateLimit => {
                 let Some(v) = one() else { continue };
                 let d = &v.decision;
-                out.insert(X_LIMIT.clone(), number(d.limit));
+                out.insert(X_LIMIT.clone(), LIMIT.with(|last| last.number(d.limit)));
                 out.insert(X_REMAINING.clone(), number(d.remaining));
-                out.insert(X_RESET.clone(), number(unix_now.saturating_add(ceil_secs(d.reset_after))));
+                let reset = unix_now.saturating_add(ceil_secs(d.reset_after));
+                out.insert(X_RESET.clone(), X_RESET_AT.with(|last| last.number(reset)));
             }
         }
     }
+}
+
+/// The last value a thread wrote for a header that rarely changes from one response to the next
+/// (a policy's limit, its draft-6 `RateLimit-Policy`, the absolute reset of a second): kept with
+/// what it was made from, and cloned (no allocation, no formatting) while that stays the same.
+struct Last<K>(RefCell<Option<(K, Option<HeaderValue>)>>);
+
+impl<K: PartialEq + Copy> Last<K> {
+    const fn new() -> Self {
+        Self(RefCell::new(None))
+    }
+
+    /// The value made from `key`: the last one if it was made from `key` too.
+    fn value(&self, key: K, make: impl FnOnce() -> Option<HeaderValue>) -> Option<HeaderValue> {
+        let mut last = self.0.borrow_mut();
+        match &*last {
+            Some((k, v)) if *k == key => v.clone(),
+            _ => {
+                let v = make();
+                *last = Some((key, v.clone()));
+                v
+            }
+        }
+    }
+}
+
+impl Last<u64> {
+    /// [`number`]`(n)`, the last one if it was `n` too.
+    fn number(&self, n: u64) -> HeaderValue {
+        if n < NUMBERS_KEPT {
+            return number(n);
+        }
+        self.value(n, || Some(number(n))).unwrap_or_else(|| number(n))
+    }
+}
+
+thread_local! {
+    static LIMIT: Last<u64> = const { Last::new() };
+    static X_RESET_AT: Last<u64> = const { Last::new() };
+    static DRAFT6_POLICY: Last<(u64, u64)> = const { Last::new() };
 }
 
 /// `RateLimit-Policy` and `RateLimit` with one item per view: one String for each header.
@@ -286,8 +335,28 @@ pub fn number(n: u64) -> HeaderValue {
     });
     match usize::try_from(n) {
         Ok(i) if n < NUMBERS_KEPT => KEPT[i].clone(),
-        _ => HeaderValue::from(n),
+        _ => {
+            // The digits written here and copied once: `HeaderValue::from` formats into a
+            // growable buffer and allocates twice.
+            let mut buf = [0u8; 20];
+            HeaderValue::from_bytes(decimal(n, &mut buf)).unwrap_or_else(|_| HeaderValue::from(n))
+        }
     }
+}
+
+/// `n` in decimal, written at the end of `buf`: the digits' part of it.
+pub(crate) fn decimal(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    let mut left = n;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (left % 10) as u8;
+        left /= 10;
+        if left == 0 {
+            break;
+        }
+    }
+    &buf[at..]
 }
 
 /// Writes what every denial carries: `Retry-After` (whole seconds, at least 1) and

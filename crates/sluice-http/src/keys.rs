@@ -49,6 +49,9 @@ pub struct RequestFacts<'a> {
 /// for keys named in the decision API.
 pub type KeyKind = &'static str;
 
+/// A part of a key as a request gives it: its kind and its bytes.
+type KeyPart<'a> = (KeyKind, Cow<'a, [u8]>);
+
 /// Builds keys: the keyed hash of the parts a request supplies. Raw identities (addresses,
 /// emails, API keys) go no further than this.
 #[derive(Debug, Clone)]
@@ -131,16 +134,41 @@ impl KeyBuilder {
         facts: &RequestFacts<'_>,
         memo: &TokenMemo,
     ) -> Result<(KeyHash, KeyKind), KeyRefusal> {
-        let mut found: Vec<(KeyKind, Cow<'_, [u8]>)> = Vec::with_capacity(spec.parts.len());
-        for chain in &spec.parts {
-            let mut part = None;
-            for source in chain {
-                if let Some(v) = self.value_of(source, facts, memo)? {
-                    part = Some((source.kind(), v));
-                    break;
+        // The address as key material, borrowed from here by an `ip` part (not allocated).
+        let (v4, v6);
+        let ip: &[u8] = match facts.client.grouped {
+            IpAddr::V4(a) => {
+                v4 = a.octets();
+                &v4
+            }
+            IpAddr::V6(a) => {
+                v6 = a.octets();
+                &v6
+            }
+        };
+        let absent = || ("absent", Cow::Borrowed(&[][..]));
+        let n = spec.parts.len();
+        // Keys of up to three parts (nearly all) are gathered and hashed on the stack.
+        const INLINE: usize = 3;
+        if n <= INLINE {
+            let mut found: [KeyPart<'_>; INLINE] = std::array::from_fn(|_| absent());
+            for (slot, chain) in found.iter_mut().zip(&spec.parts) {
+                if let Some(part) = self.first_of(chain, facts, memo, ip)? {
+                    *slot = part;
                 }
             }
-            found.push(part.unwrap_or(("absent", Cow::Borrowed(&[]))));
+            let mut parts: [&[u8]; 1 + 2 * INLINE] = [&[]; 1 + 2 * INLINE];
+            parts[0] = policy.as_bytes();
+            for (i, (k, v)) in found[..n].iter().enumerate() {
+                parts[1 + 2 * i] = k.as_bytes();
+                parts[2 + 2 * i] = v;
+            }
+            let kind = if n == 0 { "absent" } else { found[0].0 };
+            return Ok((self.hasher.hash(&parts[..1 + 2 * n]), kind));
+        }
+        let mut found: Vec<KeyPart<'_>> = Vec::with_capacity(n);
+        for chain in &spec.parts {
+            found.push(self.first_of(chain, facts, memo, ip)?.unwrap_or_else(absent));
         }
         let kind = found.first().map_or("absent", |(k, _)| *k);
         let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + found.len() * 2);
@@ -150,6 +178,27 @@ impl KeyBuilder {
             parts.push(v);
         }
         Ok((self.hasher.hash(&parts), kind))
+    }
+
+    /// The first source of `chain` that the request has, with its kind; `ip` is the client's
+    /// address as key material.
+    fn first_of<'a>(
+        &self,
+        chain: &'a [KeySource],
+        facts: &RequestFacts<'a>,
+        memo: &TokenMemo,
+        ip: &'a [u8],
+    ) -> Result<Option<KeyPart<'a>>, KeyRefusal> {
+        for source in chain {
+            let value = match source {
+                KeySource::Ip => Some(Cow::Borrowed(ip)),
+                _ => self.value_of(source, facts, memo)?,
+            };
+            if let Some(v) = value {
+                return Ok(Some((source.kind(), v)));
+            }
+        }
+        Ok(None)
     }
 
     /// The key of a decision API check: the caller names the key itself, so it is hashed apart

@@ -9,7 +9,7 @@ use http::{HeaderMap, Response, StatusCode};
 use serde::Serialize;
 use sluice_config::HeaderStyle;
 
-use crate::headers::{LimitView, denied_retry_after_secs, number, write_denial_headers, write_denied};
+use crate::headers::{LimitView, decimal, denied_retry_after_secs, number, write_denial_headers, write_denied};
 
 /// A response sluice writes itself: a status, headers and a JSON body.
 ///
@@ -95,18 +95,8 @@ impl JsonTemplate {
 
     /// The body for `n`.
     pub fn render(&self, n: u64) -> Bytes {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut left = n;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (left % 10) as u8;
-            left /= 10;
-            if left == 0 {
-                break;
-            }
-        }
-        let digits = &digits[at..];
+        let mut buf = [0u8; 20];
+        let digits = decimal(n, &mut buf);
         let len = self.parts.iter().map(|p| p.len()).sum::<usize>() + digits.len() * (self.parts.len() - 1);
         let mut out = Vec::with_capacity(len);
         for (i, part) in self.parts.iter().enumerate() {
