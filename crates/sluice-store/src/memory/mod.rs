@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use sluice_core::{Clock, Decision, Nanos};
 
 use crate::key::KeyHasher;
-use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict, validate_checks};
+use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
 use table::Table;
 
 pub use options::{FoldSize, MAX_FOLD_DEPTH, MemoryOptions, WhenFull};
@@ -129,7 +129,7 @@ impl MemoryStore {
     }
 
     /// The table a single check names. Its cost is checked by the algorithm itself, under the
-    /// lock, with the same error [`validate_checks`] gives.
+    /// lock, with the same error [`crate::store::validate_checks`] gives.
     fn table(&self, check: &Check) -> Result<&Table, StoreError> {
         self.tables.get(check.policy).map(|t| &**t).ok_or(StoreError::UnknownPolicy { index: 0, policy: check.policy })
     }
