@@ -12,7 +12,6 @@ use std::io;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::resp::{MAX_REPLY, Malformed, frame_len};
@@ -168,15 +167,11 @@ impl LeanConn {
                     let closed = io::Error::new(io::ErrorKind::ConnectionReset, "connection closed by Redis");
                     self.break_with(&mut st, closed);
                 }
-                Ok(n) => {
-                    st.end += n;
-                    if st.end < st.input.len() {
-                        // A short read took all there was: the next read waits for readiness
-                        // instead of failing with EWOULDBLOCK first (as tokio's own reads do).
-                        let _ =
-                            self.stream.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
-                    }
-                }
+                // Readiness is not cleared after a short read: cleared after the read returned,
+                // it would also wipe a readiness event for a reply that arrived meanwhile (the
+                // I/O driver runs on another thread), and that reply would wait for the timeout.
+                // The next read finds EWOULDBLOCK and waits for readiness then.
+                Ok(n) => st.end += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => match self.stream.poll_read_ready(cx) {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(e)) => self.break_with(&mut st, e),
@@ -296,8 +291,10 @@ impl Drop for Ticket<'_> {
             st.batch = None;
             self.conn.flush_or_break(&mut st);
         }
-        let Some(place) = self.ticket.checked_sub(st.first) else { return };
-        if let Some(slot) = st.waiting.get_mut(place as usize) {
+        // Already popped (its decode panicked): nothing to mark, but the next in line is woken all the same.
+        if let Some(place) = self.ticket.checked_sub(st.first)
+            && let Some(slot) = st.waiting.get_mut(place as usize)
+        {
             slot.abandoned = true;
             slot.waker = None;
         }
