@@ -129,7 +129,7 @@ static STRIPPED: [HeaderName; STRIPPED_COUNT] = [
 ];
 
 /// The place of `name` in [`STRIPPED`], if it is one of them: one comparison of the name's
-/// length and at most one of its bytes.
+/// length and at most one of its bytes. Must list [`STRIPPED`] in its order (a test checks).
 fn stripped_index(name: &HeaderName) -> Option<usize> {
     match name.as_str() {
         "connection" => Some(0),
@@ -387,6 +387,15 @@ mod tests {
         assert!(h.get(header::TRANSFER_ENCODING).is_none());
         assert!(h.get(header::CONNECTION).is_none());
         assert_eq!(h["x-keep"], "1");
+    }
+
+    #[test]
+    fn stripped_index_names_the_stripped_list_in_order() {
+        for (i, name) in STRIPPED.iter().enumerate() {
+            assert_eq!(stripped_index(name), Some(i), "{name}");
+        }
+        assert_eq!(stripped_index(&HeaderName::from_static("content-type")), None);
+        assert_eq!(STRIPPED[0], header::CONNECTION, "strip_hop_by_hop reads present[0] as Connection");
     }
 
     fn client(ip: &str, trusted: bool) -> Client {
