@@ -41,6 +41,7 @@ pub mod decision_api;
 pub mod error;
 pub mod forward_auth;
 pub mod gateway;
+pub mod h1;
 pub mod observe;
 pub mod proxy;
 pub mod respond;

@@ -97,8 +97,13 @@ impl Upstream {
             parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         }
         forwarding.apply(&mut parts.headers, client);
-        let req = Request::from_parts(parts, body);
-        match self.pool().send(req, self.timeout).await {
+        // A request without a body goes on the proxy's own connections (see `crate::h1`).
+        let sent = if http_body::Body::is_end_stream(&body) {
+            self.pool().send_bodiless(&parts, self.timeout).await
+        } else {
+            self.pool().send(Request::from_parts(parts, body), self.timeout).await
+        };
+        match sent {
             Ok(res) => {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.

@@ -1,0 +1,150 @@
+//! One connection to the upstream, driven by the task that uses it: a request head written, the
+//! response head and body read from it.
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker, ready};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::body_decoder::{BodyError, Decoder, Step};
+use super::response_head::{self, Head, HeadError, Parsed};
+
+/// Room made in the read buffer before each read.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// A connection to the upstream.
+#[derive(Debug)]
+pub struct Connection {
+    /// The socket, registered with the runtime of the thread that opened it.
+    io: TcpStream,
+    /// Bytes read and not yet used: the start of a response head, or of its body.
+    buf: BytesMut,
+    /// The request head being sent (kept for its capacity).
+    out: Vec<u8>,
+    /// The upstream has closed its side: what is in `buf` is all there is.
+    closed: bool,
+}
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// The connection ended before any byte of a response came: the upstream closed it while it
+    /// was idle, or reset it. Whether the request reached the upstream is unknown.
+    #[error("the upstream closed the connection before answering: {0}")]
+    Lost(io::Error),
+    /// The connection failed after part of the response came.
+    #[error("the upstream connection failed: {0}")]
+    Io(io::Error),
+    /// The response head was refused.
+    #[error(transparent)]
+    Head(#[from] HeadError),
+}
+
+/// Why a response body could not be read to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyReadError {
+    /// The bytes are not the body its framing announced.
+    #[error(transparent)]
+    Framing(#[from] BodyError),
+    /// The connection failed.
+    #[error("the upstream connection failed inside a response body: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl Connection {
+    /// Opens a connection to `authority` (`host:port`).
+    pub async fn connect(authority: &str) -> io::Result<Self> {
+        let io = TcpStream::connect(authority).await?;
+        io.set_nodelay(true)?;
+        Ok(Self { io, buf: BytesMut::new(), out: Vec::new(), closed: false })
+    }
+
+    /// The buffer the next request head is written into, empty.
+    pub fn head_buffer(&mut self) -> &mut Vec<u8> {
+        self.out.clear();
+        &mut self.out
+    }
+
+    /// Sends the head in [`Connection::head_buffer`] and reads the final response head, skipping
+    /// interim ones. `head_request`: the request is a `HEAD` (its response has no body).
+    pub async fn exchange(&mut self, head_request: bool) -> Result<Head, ExchangeError> {
+        // A connection is reused only once its last response ended at its last byte.
+        self.buf.clear();
+        if let Err(e) = self.io.write_all(&self.out).await {
+            return Err(ExchangeError::Lost(e));
+        }
+        let mut answered = false;
+        loop {
+            if !self.buf.is_empty() {
+                match response_head::parse(&mut self.buf, head_request)? {
+                    Parsed::Final(head) => return Ok(head),
+                    // The final head may be in the buffer already.
+                    Parsed::Interim => continue,
+                    Parsed::Partial => {}
+                }
+            }
+            let read = poll_fn(|cx| self.poll_fill(cx)).await;
+            match read {
+                Ok(0) if !answered => return Err(ExchangeError::Lost(io::ErrorKind::UnexpectedEof.into())),
+                Ok(0) => return Err(ExchangeError::Io(io::ErrorKind::UnexpectedEof.into())),
+                Ok(_) => answered = true,
+                Err(e) if !answered => return Err(ExchangeError::Lost(e)),
+                Err(e) => return Err(ExchangeError::Io(e)),
+            }
+        }
+    }
+
+    /// The next piece of the body `decoder` decodes: `None` at its end.
+    pub fn poll_body(
+        &mut self,
+        decoder: &mut Decoder,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, BodyReadError>> {
+        loop {
+            match decoder.step(&mut self.buf, self.closed)? {
+                Step::Data(data) => return Poll::Ready(Ok(Some(data))),
+                Step::End => return Poll::Ready(Ok(None)),
+                Step::More => {
+                    if ready!(self.poll_fill(cx))? == 0 {
+                        self.closed = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// True when the connection can carry another exchange after a response that allowed it:
+    /// open, and nothing read beyond that response's end (bytes the upstream sent unasked would
+    /// be taken for the next response).
+    pub fn is_clean(&self) -> bool {
+        self.buf.is_empty() && !self.closed
+    }
+
+    /// True when the upstream has closed this idle connection, reset it, or sent bytes on it
+    /// unasked: it must not carry a request. Costs no system call while the runtime has seen no
+    /// event on the socket since its last read.
+    pub fn is_stale(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.io.poll_read_ready(&mut cx) {
+            Poll::Pending => false,
+            Poll::Ready(Err(_)) => true,
+            // An event, or one left from a read that filled the buffer: a read tells which.
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                !matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
+
+    /// Reads what the socket has into the buffer: 0 when the upstream has closed.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+    }
+}
