@@ -10,7 +10,6 @@
 //! driven by the task that serves the client; and hyper's, each driven by a task of its own, for
 //! requests with a body (hyper writes the body while it reads an early response).
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -18,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Method, Request, Response};
+use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
@@ -35,6 +34,9 @@ use crate::timer::within;
 
 /// Idle connections kept per worker thread and upstream; beyond them, a connection is closed.
 const MAX_IDLE: usize = 1024;
+
+/// How often each worker closes the idle connections the upstream has closed.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a request could not be sent.
 #[derive(Debug, thiserror::Error)]
@@ -75,38 +77,37 @@ pub struct ConnPool {
     authority: String,
     /// hyper's connections ready for a request (with a body), most recently used last.
     idle: Mutex<Vec<Conn>>,
-    /// The proxy's own connections ready for a request without a body, most recently used last
-    /// (the oldest, at the front, are checked for a close as others come back).
-    raw_idle: Mutex<VecDeque<RawConn>>,
+    /// The proxy's own connections ready for a request without a body, most recently used last.
+    raw_idle: Mutex<Vec<RawConn>>,
 }
 
 impl ConnPool {
     /// No connections yet to `authority`.
     pub fn new(authority: String) -> Self {
-        Self { authority, idle: Mutex::new(Vec::new()), raw_idle: Mutex::new(VecDeque::new()) }
+        Self { authority, idle: Mutex::new(Vec::new()), raw_idle: Mutex::new(Vec::new()) }
     }
 
     /// Sends the request `parts` describe, which has no body, on one of the proxy's own
     /// connections (an idle one, or a new one), waiting at most `timeout` for the response head.
     /// An idle connection that loses the request before any byte of a response (the upstream
-    /// closed it meanwhile) is replaced by a new one for an idempotent method; for another
-    /// method the upstream may have acted on it, and the client gets the 502.
+    /// closed it meanwhile) is replaced by a new one for a safe method (`GET`, `HEAD`, `OPTIONS`,
+    /// `TRACE`); for another the upstream may have acted on it (a reset can come after the
+    /// request arrived), and the client gets the 502.
     pub async fn send_bodiless(
         self: &Arc<Self>,
         parts: &Parts,
         timeout: Duration,
     ) -> Result<Response<PooledBody>, SendError> {
         let deadline = Instant::now() + timeout;
-        let head_request = parts.method == Method::HEAD;
         let mut sleep = None;
         if let Some(mut raw) = self.checkout_raw() {
             raw.sleep.as_mut().reset(deadline);
             request_head::write(parts, raw.conn.head_buffer());
             let RawConn { conn, sleep: s } = &mut raw;
-            match within(s, conn.exchange(head_request)).await {
+            match within(s, conn.exchange(&parts.method)).await {
                 None => return Err(SendError::Timeout),
                 Some(Ok(head)) => return Ok(self.raw_response(head, raw)),
-                Some(Err(ExchangeError::Lost(_))) if parts.method.is_idempotent() => sleep = Some(raw.sleep),
+                Some(Err(ExchangeError::Lost(_))) if parts.method.is_safe() => sleep = Some(raw.sleep),
                 Some(Err(e)) => return Err(e.into()),
             }
         }
@@ -114,7 +115,7 @@ impl ConnPool {
         let sent = within(&mut sleep, async {
             let mut conn = Connection::connect(&self.authority).await?;
             request_head::write(parts, conn.head_buffer());
-            let head = conn.exchange(head_request).await?;
+            let head = conn.exchange(&parts.method).await?;
             Ok::<_, SendError>((head, conn))
         });
         match sent.await {
@@ -141,7 +142,7 @@ impl ConnPool {
     /// The most recently used idle connection of the proxy's own still open.
     fn checkout_raw(&self) -> Option<RawConn> {
         let mut idle = self.raw_idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(mut raw) = idle.pop_back() {
+        while let Some(raw) = idle.pop() {
             if !raw.conn.is_stale() {
                 return Some(raw);
             }
@@ -151,15 +152,16 @@ impl ConnPool {
 
     fn checkin_raw(&self, raw: RawConn) {
         let mut idle = self.raw_idle.lock().unwrap_or_else(|p| p.into_inner());
-        // The oldest idle connection is the likeliest to have been closed by the upstream's
-        // keep-alive timeout: one is checked per connection given back, so that closed sockets
-        // do not pile up unseen.
-        if idle.front_mut().is_some_and(|oldest| oldest.conn.is_stale()) {
-            idle.pop_front();
-        }
         if idle.len() < MAX_IDLE {
-            idle.push_back(raw);
+            idle.push(raw);
         }
+    }
+
+    /// Closes the idle connections of the proxy's own that the upstream has closed (or written
+    /// to): no task reads them while they wait, so without a sweep a socket the upstream closed
+    /// would stay half-open until it was checked out. Run every [`SWEEP_EVERY`] on each worker.
+    pub fn sweep(&self) {
+        self.raw_idle.lock().unwrap_or_else(|p| p.into_inner()).retain(|raw| !raw.conn.is_stale());
     }
 
     /// Sends `req` (in origin form) on an idle connection, or on a new one, waiting at most

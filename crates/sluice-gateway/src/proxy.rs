@@ -35,6 +35,25 @@ pub struct Upstream {
 thread_local! {
     /// This thread's pools, by upstream id (a few: an entry per upstream configuration loaded).
     static POOLS: std::cell::RefCell<Vec<(u64, Arc<ConnPool>)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The task sweeping this thread's pools ([`ConnPool::sweep`]), on the thread's runtime.
+    static SWEEPER: std::cell::RefCell<Option<tokio::task::JoinHandle<()>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Starts the task that sweeps this thread's pools, unless it runs already: on a gateway worker
+/// (a runtime of one thread) it runs on this thread, where the pools are.
+fn ensure_sweeper() {
+    SWEEPER.with_borrow_mut(|sweeper| {
+        if sweeper.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        *sweeper = Some(runtime.spawn(async {
+            loop {
+                tokio::time::sleep(crate::conn_pool::SWEEP_EVERY).await;
+                POOLS.with_borrow(|pools| pools.iter().for_each(|(_, pool)| pool.sweep()));
+            }
+        }));
+    });
 }
 
 /// Pools kept per thread; older ones (from configurations reloaded away) are dropped.
@@ -63,6 +82,7 @@ impl Upstream {
             }
             let p = Arc::new(ConnPool::new(self.authority.to_string()));
             pools.push((self.id, p.clone()));
+            ensure_sweeper();
             p
         })
     }
@@ -97,18 +117,21 @@ impl Upstream {
             parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         }
         forwarding.apply(&mut parts.headers, client);
-        // A request without a body goes on the proxy's own connections (see `crate::h1`).
+        // A request without a body goes on the proxy's own connections (see `crate::h1`), whose
+        // response heads come without their hop-by-hop fields.
         let sent = if http_body::Body::is_end_stream(&body) {
             self.pool().send_bodiless(&parts, self.timeout).await
         } else {
-            self.pool().send(Request::from_parts(parts, body), self.timeout).await
+            self.pool().send(Request::from_parts(parts, body), self.timeout).await.map(|mut res| {
+                strip_hop_by_hop(res.headers_mut());
+                res
+            })
         };
         match sent {
             Ok(res) => {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
                 parts.version = http::Version::HTTP_11;
-                strip_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, Either::Right(body))
             }
             Err(SendError::Timeout) => {
@@ -133,18 +156,30 @@ static STRIPPED: [HeaderName; STRIPPED_COUNT] = [
     header::PROXY_AUTHORIZATION,
 ];
 
-/// The place of `name` in [`STRIPPED`], if it is one of them: one comparison of the name's
-/// length and at most one of its bytes. Must list [`STRIPPED`] in its order (a test checks).
+/// The place of `name` in [`STRIPPED`], if it is one of them.
 fn stripped_index(name: &HeaderName) -> Option<usize> {
-    match name.as_str() {
-        "connection" => Some(0),
-        "keep-alive" => Some(1),
-        "proxy-connection" => Some(2),
-        "te" => Some(3),
-        "trailer" => Some(4),
-        "transfer-encoding" => Some(5),
-        "upgrade" => Some(6),
-        "proxy-authorization" => Some(7),
+    stripped_index_of(name.as_str().as_bytes())
+}
+
+/// True when a field named `name` (in any case) is never passed on by a proxy: one of
+/// [`STRIPPED`]. The fields a `Connection` header names are not known here.
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    stripped_index_of(name).is_some()
+}
+
+/// The place in [`STRIPPED`] of the name `name` spells in any case: a comparison of its length,
+/// then of at most two names. Must list [`STRIPPED`] in its order (a test checks).
+fn stripped_index_of(name: &[u8]) -> Option<usize> {
+    let is = |s: &str| name.eq_ignore_ascii_case(s.as_bytes());
+    match name.len() {
+        10 if is("connection") => Some(0),
+        10 if is("keep-alive") => Some(1),
+        16 if is("proxy-connection") => Some(2),
+        2 if is("te") => Some(3),
+        7 if is("trailer") => Some(4),
+        17 if is("transfer-encoding") => Some(5),
+        7 if is("upgrade") => Some(6),
+        19 if is("proxy-authorization") => Some(7),
         _ => None,
     }
 }
@@ -398,7 +433,9 @@ mod tests {
     fn stripped_index_names_the_stripped_list_in_order() {
         for (i, name) in STRIPPED.iter().enumerate() {
             assert_eq!(stripped_index(name), Some(i), "{name}");
+            assert!(is_hop_by_hop(name.as_str().to_ascii_uppercase().as_bytes()), "{name} in any case");
         }
+        assert!(!is_hop_by_hop(b"connections") && !is_hop_by_hop(b"t") && !is_hop_by_hop(b"upgrades"));
         assert_eq!(stripped_index(&HeaderName::from_static("content-type")), None);
         assert_eq!(STRIPPED[0], header::CONNECTION, "strip_hop_by_hop reads present[0] as Connection");
     }

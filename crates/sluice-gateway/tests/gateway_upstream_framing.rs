@@ -3,7 +3,7 @@
 //! response that could be read two ways, or is malformed, is a 502 and its connection dropped;
 //! bytes an upstream sends past a response never reach the next client; a connection the
 //! upstream closed while idle is not used again, and a request lost on one is sent again only
-//! when its method is idempotent.
+//! when its method is safe.
 
 mod common;
 
@@ -22,6 +22,8 @@ struct Scripted {
     addr: std::net::SocketAddr,
     connections: Arc<AtomicUsize>,
     requests: Arc<AtomicUsize>,
+    /// Connections the proxy closed after the upstream closed its side (`/half-close`).
+    closed_after: Arc<AtomicUsize>,
 }
 
 /// What the upstream does with a request.
@@ -36,6 +38,8 @@ enum Act {
     ReplyWithTail(Vec<u8>, Vec<u8>),
     /// Closes without an answer, unless the request is the first on its connection.
     VanishIfReused,
+    /// Writes these bytes, closes its side of the connection, and counts the proxy closing its.
+    ReplyThenHalfClose(Vec<u8>),
 }
 
 fn act(path: &str) -> Act {
@@ -65,6 +69,7 @@ fn act(path: &str) -> Act {
         "/smuggle-later" => Act::ReplyTwice(ok("ok"), Duration::from_millis(30), ok("secret")),
         "/quiet-close" => Act::ReplyThenClose(ok("bye"), Duration::from_millis(10)),
         "/vanish" => Act::VanishIfReused,
+        "/half-close" => Act::ReplyThenHalfClose(ok("bye")),
         _ => Act::Reply(ok("fine")),
     }
 }
@@ -73,11 +78,12 @@ async fn scripted() -> Scripted {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (c, r) = (connections.clone(), requests.clone());
+    let closed_after = Arc::new(AtomicUsize::new(0));
+    let (c, r, closed) = (connections.clone(), requests.clone(), closed_after.clone());
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             c.fetch_add(1, Ordering::SeqCst);
-            let r = r.clone();
+            let (r, closed) = (r.clone(), closed.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut served = 0;
@@ -126,6 +132,15 @@ async fn scripted() -> Scripted {
                             }
                             tail = Some(rest);
                         }
+                        Act::ReplyThenHalfClose(bytes) => {
+                            let _ = stream.write_all(&bytes).await;
+                            let _ = stream.shutdown().await;
+                            let mut rest = [0u8; 64];
+                            if matches!(stream.read(&mut rest).await, Ok(0)) {
+                                closed.fetch_add(1, Ordering::SeqCst);
+                            }
+                            return;
+                        }
                         Act::VanishIfReused if served > 1 => return,
                         Act::VanishIfReused => {
                             if stream.write_all(&act("/").reply_bytes()).await.is_err() {
@@ -137,7 +152,7 @@ async fn scripted() -> Scripted {
             });
         }
     });
-    Scripted { addr, connections, requests }
+    Scripted { addr, connections, requests, closed_after }
 }
 
 impl Act {
@@ -247,7 +262,7 @@ async fn a_connection_the_upstream_closed_while_idle_is_not_used_again() {
 }
 
 #[tokio::test]
-async fn a_request_lost_on_a_reused_connection_is_sent_again_only_when_idempotent() {
+async fn a_request_lost_on_a_reused_connection_is_sent_again_only_when_safe() {
     let up = scripted().await;
     let (gw, _clock) = start(&config(&up)).await;
     let c = Client::new(gw.addr);
@@ -259,4 +274,18 @@ async fn a_request_lost_on_a_reused_connection_is_sent_again_only_when_idempoten
     let res = c.post("/vanish", &[], Bytes::new()).await;
     assert_eq!(res.status, 502, "a POST may have been acted on: not sent twice");
     assert_eq!(up.requests.load(Ordering::SeqCst), 4, "the POST reached the upstream once");
+}
+
+#[tokio::test]
+async fn an_idle_connection_the_upstream_closed_is_closed_without_waiting_for_traffic() {
+    let up = scripted().await;
+    let (gw, _clock) = start(&config(&up)).await;
+    let c = Client::new(gw.addr);
+    assert_eq!(c.get("/half-close", &[]).await.text(), "bye");
+    // No request follows: the worker's sweep closes sluice's side (no socket left half-open).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while up.closed_after.load(Ordering::SeqCst) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the proxy kept a connection the upstream closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -118,8 +118,16 @@ impl Decoder {
                     }
                     return Ok(Step::Data(data));
                 }
+                // A size line starts with a hex digit (httparse would read an empty line as the
+                // last chunk) and holds no bare line feed in its extensions.
+                Self::Chunked(Chunk::Size) if buf.first().is_some_and(|b| !b.is_ascii_hexdigit()) => {
+                    return Err(BodyError::Malformed);
+                }
                 Self::Chunked(Chunk::Size) => match httparse::parse_chunk_size(buf) {
                     Ok(httparse::Status::Complete((line, size))) => {
+                        if buf[..line - 2].contains(&b'\n') {
+                            return Err(BodyError::Malformed);
+                        }
                         buf.advance(line);
                         *self = Self::Chunked(if size == 0 { Chunk::Trailers(0) } else { Chunk::Data(size) });
                     }
@@ -143,7 +151,7 @@ impl Decoder {
                         }
                         return more(closed);
                     };
-                    if end == 0 || buf[end - 1] != b'\r' {
+                    if end == 0 || buf[end - 1] != b'\r' || (end > 1 && !is_field_line(&buf[..end - 1])) {
                         return Err(BodyError::Malformed);
                     }
                     *read += end + 1;
@@ -169,6 +177,14 @@ fn take(buf: &mut BytesMut, left: &mut u64) -> Option<Bytes> {
     let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
     *left -= n as u64;
     Some(buf.split_to(n).freeze())
+}
+
+/// True when `line` (without its CRLF) is a field: a token, a colon, a value without line breaks.
+/// A trailer section that holds anything else is not one (bytes of a body, misframed).
+fn is_field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else { return false };
+    let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    colon > 0 && line[..colon].iter().all(is_tchar) && !line[colon..].iter().any(|&b| b == b'\r' || b == b'\n')
 }
 
 /// The buffer ran out inside the body: more to read, unless the upstream has closed.
@@ -256,7 +272,13 @@ mod tests {
         let endless_trailer = format!("0\r\nX: {}", "t".repeat(MAX_TRAILERS));
         let many_trailers = format!("0\r\n{}\r\n", "X: 1\r\n".repeat(MAX_TRAILERS / 6 + 1));
         for wire in [
-            &b"5\r\nhelloXX"[..],
+            // An empty size line is not the last chunk: "world" is a chunk, not a trailer.
+            &b"5\r\nhello\r\n\r\n5\r\nworld\r\n0\r\n\r\n"[..],
+            b"5;a\nb\r\nhello\r\n0\r\n\r\n",
+            b" 5\r\nhello\r\n0\r\n\r\n",
+            b"0\r\nnot a field\r\n\r\n",
+            b"0\r\n: no name\r\n\r\n",
+            b"5\r\nhelloXX",
             b"z\r\n",
             b"-1\r\n",
             b"5\nhello\r\n",

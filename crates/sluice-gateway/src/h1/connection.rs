@@ -4,9 +4,10 @@
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 
 use bytes::{Bytes, BytesMut};
+use http::Method;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -70,8 +71,8 @@ impl Connection {
     }
 
     /// Sends the head in [`Connection::head_buffer`] and reads the final response head, skipping
-    /// interim ones. `head_request`: the request is a `HEAD` (its response has no body).
-    pub async fn exchange(&mut self, head_request: bool) -> Result<Head, ExchangeError> {
+    /// interim ones. `method`: the request's (see [`response_head::parse`]).
+    pub async fn exchange(&mut self, method: &Method) -> Result<Head, ExchangeError> {
         // A connection is reused only once its last response ended at its last byte.
         self.buf.clear();
         if let Err(e) = self.io.write_all(&self.out).await {
@@ -80,7 +81,7 @@ impl Connection {
         let mut answered = false;
         loop {
             if !self.buf.is_empty() {
-                match response_head::parse(&mut self.buf, head_request)? {
+                match response_head::parse(&mut self.buf, method)? {
                     Parsed::Final(head) => return Ok(head),
                     // The final head may be in the buffer already.
                     Parsed::Interim => continue,
@@ -125,19 +126,14 @@ impl Connection {
     }
 
     /// True when the upstream has closed this idle connection, reset it, or sent bytes on it
-    /// unasked: it must not carry a request. Costs no system call while the runtime has seen no
-    /// event on the socket since its last read.
-    pub fn is_stale(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.io.poll_read_ready(&mut cx) {
-            Poll::Pending => false,
-            Poll::Ready(Err(_)) => true,
-            // An event, or one left from a read that filled the buffer: a read tells which.
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                !matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-        }
+    /// unasked, as far as the runtime has seen: it must not carry a request. Costs no system call
+    /// while the runtime has seen no event on the socket since its last read (a read that filled
+    /// the buffer leaves the socket marked readable: then one read of a byte tells). Not through
+    /// `poll_read_ready`: that spends the task's cooperative budget, and answers `Pending` — a
+    /// healthy connection — once the budget is gone.
+    pub fn is_stale(&self) -> bool {
+        let mut probe = [0u8; 1];
+        !matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Reads what the socket has into the buffer: 0 when the upstream has closed.

@@ -22,9 +22,16 @@
 //!   target validated by `http`), so no field can carry a line break to the upstream.
 //! - [`connection`]: a connection is reused only after a response that allows it (HTTP/1.1, no
 //!   `Connection: close`, framed by length or chunks) ended exactly at its last byte; an idle
-//!   connection that the upstream closed is noticed before it is used again, and a request it
-//!   loses before any byte of a response comes back is sent once more on a new connection when
-//!   its method is idempotent.
+//!   connection that the upstream closed or wrote to is noticed before it is used again (and
+//!   closed within a second by each worker's sweep, traffic or not), and a request it loses
+//!   before any byte of a response comes back is sent once more on a new connection when its
+//!   method is safe (`GET`, `HEAD`, `OPTIONS`, `TRACE`).
+//!
+//! What is left: bytes an upstream sends unasked on an idle connection are seen through the
+//! runtime's readiness, so bytes that arrive after a response ended but before the runtime polled
+//! for events could be read as the next request's response (hyper's client had the same window;
+//! closing it would cost a system call per request). Trailers are not passed on, and a response
+//! head is bounded at 64 KiB (hyper allowed about 400 KiB).
 
 pub mod body_decoder;
 pub mod connection;

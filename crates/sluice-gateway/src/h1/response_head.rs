@@ -1,10 +1,14 @@
 //! The head of an upstream's response: parsed, checked, and how its body is framed.
 
+use std::mem::MaybeUninit;
+
 use bytes::BytesMut;
-use http::StatusCode;
+use http::{Method, StatusCode};
+
+use crate::proxy::is_hop_by_hop;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-/// The largest response head read, in bytes; a larger one is a 502.
+/// A response head of this many bytes or more is a 502.
 pub const MAX_HEAD: usize = 64 * 1024;
 
 /// The most fields a response head may have; more is a 502.
@@ -32,13 +36,15 @@ pub enum Framing {
 pub struct Head {
     /// Its status, never `1xx`.
     pub status: StatusCode,
-    /// Its fields as they came, in order (the framing fields included: the proxy strips the
-    /// hop-by-hop ones).
+    /// Its end-to-end fields as they came, in order: the hop-by-hop ones
+    /// ([`crate::proxy::is_hop_by_hop`]) and those its `Connection` field names are left out,
+    /// as a proxy never passes them on (RFC 9110 §7.6.1).
     pub headers: HeaderMap,
     /// How its body ends.
     pub framing: Framing,
-    /// Whether the connection may carry another exchange once this body has ended: HTTP/1.1, no
-    /// `Connection: close`, a body that ends by its framing rather than by the close.
+    /// Whether the connection may carry another exchange once this body has ended: HTTP/1.1 (or
+    /// HTTP/1.0 with `Connection: keep-alive`), no `Connection: close`, a body that ends by its
+    /// framing rather than by the close.
     pub reusable: bool,
 }
 
@@ -69,57 +75,71 @@ pub enum HeadError {
     /// could be read two ways.
     #[error("the upstream's response is framed ambiguously")]
     Ambiguous,
-    /// `101 Switching Protocols`: sluice never asks for an upgrade (it strips `Upgrade`).
-    #[error("the upstream switched protocols unasked")]
+    /// `101 Switching Protocols` (sluice never asks for an upgrade: it strips `Upgrade`), or a
+    /// `2xx` to a `CONNECT` (a tunnel).
+    #[error("the upstream switched protocols or opened a tunnel")]
     Upgrade,
 }
 
 /// Parses the response head at the start of `buf` and, when it is whole, takes it off `buf`.
-/// `head_request`: the request was a `HEAD` (its response has no body, whatever its fields say).
+/// `method`: the request's (the response to a `HEAD` has no body, whatever its fields say; a
+/// `2xx` to a `CONNECT` would open a tunnel, which sluice does not run).
 ///
 /// ```
 /// use sluice_gateway::h1::response_head::{parse, Framing, Parsed};
 /// let mut buf = bytes::BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1"[..]);
-/// let Ok(Parsed::Final(head)) = parse(&mut buf, false) else { panic!() };
+/// let Ok(Parsed::Final(head)) = parse(&mut buf, &http::Method::GET) else { panic!() };
 /// assert_eq!((head.status.as_u16(), head.framing, head.reusable), (200, Framing::Length(2), true));
 /// assert_eq!(&buf[..], b"okHTTP/1.1", "the body and what follows stay in the buffer");
 /// ```
-pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, HeadError> {
+pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Parsed, HeadError> {
     // Where each field's name and value lie in the buffer: the parser's slices borrow it, and
     // the head is taken off it (to share its bytes with the values) only once they are gone.
-    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_FIELDS];
+    // Offsets fit in 16 bits: a head is at most `MAX_HEAD` bytes.
+    let mut spans = [(0u16, 0u16, 0u16, 0u16); MAX_FIELDS];
     let (len, code, minor, count) = {
-        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
-        let mut res = httparse::Response::new(&mut fields);
-        let len = match res.parse(buf) {
+        // Filled by the parser as it goes: nothing to initialise for fields a head does not have.
+        let mut fields = [const { MaybeUninit::uninit() }; MAX_FIELDS];
+        let mut res = httparse::Response::new(&mut []);
+        let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut res, buf, &mut fields)
+        {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
             Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
             Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
             Err(_) => return Err(HeadError::Malformed),
         };
-        if len > MAX_HEAD {
+        if len >= MAX_HEAD {
             return Err(HeadError::TooLarge);
         }
         let (Some(code), Some(minor)) = (res.code, res.version) else { return Err(HeadError::Malformed) };
         let base = buf.as_ptr() as usize;
-        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+        // Within the head's first `len` bytes, so below `MAX_HEAD`.
+        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u16;
         for (span, f) in spans.iter_mut().zip(res.headers.iter()) {
-            *span = (at(f.name.as_bytes()), f.name.len() as u32, at(f.value), f.value.len() as u32);
+            *span = (at(f.name.as_bytes()), f.name.len() as u16, at(f.value), f.value.len() as u16);
         }
         (len, code, minor, res.headers.len())
     };
     let head = buf.split_to(len).freeze();
     let spans = &spans[..count];
-    let field = |&(n, nl, v, vl): &(u32, u32, u32, u32)| {
-        (&head[n as usize..(n + nl) as usize], &head[v as usize..(v + vl) as usize])
+    let field = |&(n, nl, v, vl): &(u16, u16, u16, u16)| {
+        let (n, nl, v, vl) = (usize::from(n), usize::from(nl), usize::from(v), usize::from(vl));
+        (&head[n..n + nl], &head[v..v + vl])
     };
     if (100..200).contains(&code) {
         return if code == 101 { Err(HeadError::Upgrade) } else { Ok(Parsed::Interim) };
     }
     let status = StatusCode::from_u16(code).map_err(|_| HeadError::Malformed)?;
+    if method == Method::CONNECT && status.is_success() {
+        return Err(HeadError::Upgrade);
+    }
+    let head_request = method == Method::HEAD;
 
-    let (mut length, mut has_length, mut chunked, mut has_coding, mut close) = (None, false, false, false, false);
+    let (mut length, mut has_length, mut chunked, mut has_coding) = (None, false, false, false);
+    let (mut close, mut keep_alive) = (false, false);
+    // The names `Connection` lists besides its options: hop-by-hop too (rarely any).
+    let mut listed: Vec<HeaderName> = Vec::new();
     for (name, value) in spans.iter().map(field) {
         if name.eq_ignore_ascii_case(b"content-length") {
             has_length = true;
@@ -144,7 +164,15 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, HeadError
                 chunked = true;
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
-            close |= list_items(value).any(|t| t.eq_ignore_ascii_case(b"close"));
+            for token in list_items(value) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive = true;
+                } else if let Ok(name) = HeaderName::from_bytes(token) {
+                    listed.push(name);
+                }
+            }
         }
     }
     if has_coding && (has_length || !chunked) {
@@ -161,11 +189,23 @@ pub fn parse(buf: &mut BytesMut, head_request: bool) -> Result<Parsed, HeadError
     let mut headers = HeaderMap::with_capacity(count + ADDED_FIELDS);
     for span in spans {
         let (name, _) = field(span);
+        if is_hop_by_hop(name) {
+            continue;
+        }
         let name = HeaderName::from_bytes(name).map_err(|_| HeadError::Malformed)?;
-        let value = head.slice(span.2 as usize..(span.2 + span.3) as usize);
+        let (at, len) = (usize::from(span.2), usize::from(span.3));
+        let value = head.slice(at..at + len);
         headers.append(name, HeaderValue::from_maybe_shared(value).map_err(|_| HeadError::Malformed)?);
     }
-    let reusable = minor == 1 && !close && framing != Framing::UntilClose;
+    // `close` names a field too (RFC 9110 §7.6.1).
+    if close {
+        listed.push(HeaderName::from_static("close"));
+    }
+    for name in &listed {
+        headers.remove(name);
+    }
+    // HTTP/1.1 keeps a connection unless told otherwise; HTTP/1.0 only when told to.
+    let reusable = (minor == 1 || keep_alive) && !close && framing != Framing::UntilClose;
     Ok(Parsed::Final(Head { status, headers, framing, reusable }))
 }
 
@@ -190,7 +230,8 @@ mod tests {
     use super::*;
 
     fn parsed(head: &str, head_request: bool) -> Result<Parsed, HeadError> {
-        parse(&mut BytesMut::from(head.as_bytes()), head_request)
+        let method = if head_request { Method::HEAD } else { Method::GET };
+        parse(&mut BytesMut::from(head.as_bytes()), &method)
     }
 
     fn framing(head: &str) -> Result<(Framing, bool), HeadError> {
@@ -214,6 +255,10 @@ mod tests {
             Ok((Length(3), false))
         );
         assert_eq!(framing("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n"), Ok((Length(3), false)));
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\nContent-Length: 3\r\nConnection: Keep-Alive\r\n\r\n"),
+            Ok((Length(3), true))
+        );
         assert_eq!(
             framing("HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n"),
             Ok((Length(7), true))
@@ -254,10 +299,14 @@ mod tests {
     #[test]
     fn interim_responses_are_skipped_and_an_upgrade_refused() {
         let mut buf = BytesMut::from(&b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"[..]);
-        assert!(matches!(parse(&mut buf, false), Ok(Parsed::Interim)));
-        assert!(matches!(parse(&mut buf, false), Ok(Parsed::Interim)));
-        assert!(matches!(parse(&mut buf, false), Ok(Parsed::Final(h)) if h.status == 200));
+        assert!(matches!(parse(&mut buf, &Method::GET), Ok(Parsed::Interim)));
+        assert!(matches!(parse(&mut buf, &Method::GET), Ok(Parsed::Interim)));
+        assert!(matches!(parse(&mut buf, &Method::GET), Ok(Parsed::Final(h)) if h.status == 200));
         assert!(buf.is_empty());
+        let tunnel = "HTTP/1.1 200 Connection Established\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(parse(&mut BytesMut::from(tunnel), &Method::CONNECT).unwrap_err(), HeadError::Upgrade, "no tunnel");
+        let refused = "HTTP/1.1 405 No\r\nContent-Length: 0\r\n\r\n";
+        assert!(matches!(parse(&mut BytesMut::from(refused), &Method::CONNECT), Ok(Parsed::Final(_))));
         assert_eq!(
             parsed("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", false).unwrap_err(),
             HeadError::Upgrade
@@ -309,6 +358,25 @@ mod tests {
         assert_eq!(h.headers["x-y"], "z");
     }
 
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_left_out() {
+        let Ok(Parsed::Final(h)) = parsed(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Authorization: Basic x\r\nX-End: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        ) else {
+            panic!()
+        };
+        assert_eq!(h.framing, Framing::Chunked, "framed before the fields are left out");
+        assert_eq!(h.headers.keys().map(|n| n.as_str()).collect::<Vec<_>>(), ["x-end"]);
+        let Ok(Parsed::Final(h)) =
+            parsed("HTTP/1.1 200 OK\r\nConnection: close\r\nClose: x\r\nContent-Length: 0\r\n\r\n", false)
+        else {
+            panic!()
+        };
+        assert!(!h.reusable && h.headers.get("close").is_none());
+        assert_eq!(h.headers["content-length"], "0", "end-to-end: kept");
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig {
             cases: std::env::var("SLUICE_FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000),
@@ -320,11 +388,10 @@ mod tests {
         #[test]
         fn any_bytes_are_parsed_or_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), head_request: bool) {
             let mut buf = BytesMut::from(&bytes[..]);
-            if let Ok(Parsed::Final(h)) = parse(&mut buf, head_request) {
+            let method = if head_request { Method::HEAD } else { Method::GET };
+            if let Ok(Parsed::Final(h)) = parse(&mut buf, &method) {
                 proptest::prop_assert!(!(100..200).contains(&h.status.as_u16()));
-                let lengths = h.headers.get_all("content-length").iter().count();
-                let codings = h.headers.get_all("transfer-encoding").iter().count();
-                proptest::prop_assert!(lengths == 0 || codings == 0);
+                proptest::prop_assert!(h.headers.keys().all(|n| !is_hop_by_hop(n.as_str().as_bytes())));
                 proptest::prop_assert!(buf.len() < bytes.len());
             }
         }
