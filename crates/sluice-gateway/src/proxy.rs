@@ -40,11 +40,15 @@ thread_local! {
 }
 
 /// Starts the task that sweeps this thread's pools, unless it runs already: on a gateway worker
-/// (a runtime of one thread) it runs on this thread, where the pools are.
+/// (a runtime of one thread) it runs on this thread, where the pools are. A sweeper that has
+/// ended means the runtime it ran on has shut down: the pools' connections were registered with
+/// that runtime and cannot be used on another, so they go too.
 fn ensure_sweeper() {
     SWEEPER.with_borrow_mut(|sweeper| {
-        if sweeper.as_ref().is_some_and(|task| !task.is_finished()) {
-            return;
+        match sweeper {
+            Some(task) if !task.is_finished() => return,
+            Some(_) => POOLS.with_borrow_mut(Vec::clear),
+            None => {}
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         *sweeper = Some(runtime.spawn(async {
@@ -72,6 +76,7 @@ impl Upstream {
 
     /// This thread's pool for this upstream.
     fn pool(&self) -> Arc<ConnPool> {
+        ensure_sweeper();
         POOLS.with(|pools| {
             let mut pools = pools.borrow_mut();
             if let Some((_, p)) = pools.iter().find(|(id, _)| *id == self.id) {
@@ -82,7 +87,6 @@ impl Upstream {
             }
             let p = Arc::new(ConnPool::new(self.authority.to_string()));
             pools.push((self.id, p.clone()));
-            ensure_sweeper();
             p
         })
     }
@@ -438,6 +442,17 @@ mod tests {
         assert!(!is_hop_by_hop(b"connections") && !is_hop_by_hop(b"t") && !is_hop_by_hop(b"upgrades"));
         assert_eq!(stripped_index(&HeaderName::from_static("content-type")), None);
         assert_eq!(STRIPPED[0], header::CONNECTION, "strip_hop_by_hop reads present[0] as Connection");
+    }
+
+    #[test]
+    fn a_runtime_that_shut_down_takes_its_connections_with_it() {
+        let up = Upstream::new("http://127.0.0.1:9", Duration::from_secs(1)).unwrap();
+        let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let first = runtime().block_on(async { up.pool() });
+        let again = runtime().block_on(async { up.pool() });
+        assert!(!Arc::ptr_eq(&first, &again), "a pool of a runtime that is gone was handed to another");
+        let same = runtime().block_on(async { Arc::ptr_eq(&up.pool(), &up.pool()) });
+        assert!(same, "one runtime keeps its pool");
     }
 
     fn client(ip: &str, trusted: bool) -> Client {

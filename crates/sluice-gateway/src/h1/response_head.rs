@@ -137,6 +137,8 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Parsed, HeadError> {
     let head_request = method == Method::HEAD;
 
     let (mut length, mut has_length, mut chunked, mut has_coding) = (None, false, false, false);
+    // More than one Content-Length item (repeated lines, or a list): passed on as one value.
+    let mut length_items = 0;
     let (mut close, mut keep_alive) = (false, false);
     // The names `Connection` lists besides its options: hop-by-hop too (rarely any).
     let mut listed: Vec<HeaderName> = Vec::new();
@@ -144,6 +146,7 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Parsed, HeadError> {
         if name.eq_ignore_ascii_case(b"content-length") {
             has_length = true;
             for item in list_items(value) {
+                length_items += 1;
                 let n = decimal(item).ok_or(HeadError::BadLength)?;
                 if length.is_some_and(|l| l != n) {
                     return Err(HeadError::BadLength);
@@ -175,7 +178,8 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Parsed, HeadError> {
             }
         }
     }
-    if has_coding && (has_length || !chunked) {
+    // An HTTP/1.0 message with a Transfer-Encoding is misframed (RFC 9112 §6.1).
+    if has_coding && (has_length || !chunked || minor == 0) {
         return Err(HeadError::Ambiguous);
     }
     let framing = match length {
@@ -203,6 +207,13 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Parsed, HeadError> {
     }
     for name in &listed {
         headers.remove(name);
+    }
+    // `7, 7` is one length to sluice but not to every client: the client gets `7`.
+    if let Some(n) = length
+        && length_items > 1
+        && headers.contains_key(http::header::CONTENT_LENGTH)
+    {
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     // HTTP/1.1 keeps a connection unless told otherwise; HTTP/1.0 only when told to.
     let reusable = (minor == 1 || keep_alive) && !close && framing != Framing::UntilClose;
@@ -263,6 +274,13 @@ mod tests {
             framing("HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n"),
             Ok((Length(7), true))
         );
+        match parsed("HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n", false) {
+            Ok(Parsed::Final(h)) => {
+                let lengths: Vec<_> = h.headers.get_all("content-length").iter().collect();
+                assert_eq!(lengths, ["7"], "passed on as one value");
+            }
+            other => panic!("{other:?}"),
+        }
         match parsed("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true) {
             Ok(Parsed::Final(h)) => assert_eq!(h.framing, Empty, "the response to a HEAD has no body"),
             other => panic!("{other:?}"),
@@ -279,6 +297,7 @@ mod tests {
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: ,\r\n\r\n",
+            "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n",
         ] {
             assert_eq!(framing(head).unwrap_err(), HeadError::Ambiguous, "{head:?}");
         }
