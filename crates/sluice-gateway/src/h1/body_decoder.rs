@@ -298,10 +298,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: std::env::var("SLUICE_FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000),
-            ..Default::default()
-        })]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(sluice_core::fuzz_cases(2000)))]
 
         /// A body chunked any way, fed in pieces of any size, comes out whole, and what follows
         /// its end stays in the buffer.

@@ -397,10 +397,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: std::env::var("SLUICE_FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000),
-            ..Default::default()
-        })]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(sluice_core::fuzz_cases(2000)))]
 
         /// Bytes from the network: never a panic, and a head accepted is one the buffer held,
         /// with a framing its fields state once.
