@@ -327,6 +327,38 @@ fn a_chunked_get_reaches_the_upstream_with_its_body() {
     assert_eq!(seen[1].body, b"sized body");
 }
 
+#[test]
+fn requests_pipelined_behind_a_bodiless_one_are_limited_and_forwarded_one_by_one() {
+    // Requests without a body go on sluice's own upstream exchange, which writes their heads
+    // itself: a second request packed behind the first, or a field a client spells to split a
+    // line, must neither ride past the limit nor reach the upstream as anything but itself.
+    let (dir, up) = (TempDir::new("pipelined"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/password-reset\"\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let packed = b"GET /api/password-reset HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n\
+                   GET /api/password-reset HTTP/1.1\r\nHost: x\r\n\r\n\
+                   GET /other HTTP/1.1\r\nHost: x\r\nX-Tab: a\tb  c\r\nConnection: x-tab, close\r\n\r\n";
+    let mut s = TcpStream::connect(addr(&gw)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(packed).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    let statuses: Vec<&str> = text.match_indices("HTTP/1.1 ").map(|(i, _)| &text[i + 9..i + 12]).collect();
+    assert_eq!(statuses, ["200", "429", "200"], "{text}");
+    let seen = up.requests();
+    let paths: Vec<&str> = seen.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/api/password-reset", "/other"], "the denied one never reached the upstream");
+    assert!(seen.iter().all(|r| r.body.is_empty()));
+    // The field `Connection` names is hop-by-hop: not passed on; nothing else was split off.
+    assert!(seen[1].all("x-tab").is_empty(), "{:?}", seen[1].headers);
+    // An honest request with a tab in a value keeps it, as one field.
+    assert_eq!(send(addr(&gw), &request("GET", "/other", &[("X-Tab", b"a\tb")], b"")).status, 200);
+    assert_eq!(up.requests().last().map(|r| r.all("x-tab").join("|")).as_deref(), Some("a\tb"));
+}
+
 /// `sluice check-config FILE`: its stdout, stderr, and whether it succeeded.
 fn check_config(path: &str, env: &[(&str, &str)]) -> (String, String, bool) {
     let out = Command::new(SLUICE).args(["check-config", path]).envs(env.iter().copied()).output().unwrap();
