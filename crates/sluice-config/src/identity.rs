@@ -67,7 +67,7 @@ pub(crate) fn identity(src: &Source<'_>, raw: Option<Spanned<RawIdentity>>) -> R
         }
     }
     let leeway = parse_duration(j.leeway.as_deref().unwrap_or("30s")).map_err(|m| err("leeway", m))?;
-    let on_invalid_token = match j.on_invalid_token.as_deref().unwrap_or("fallback") {
+    let on_invalid_token = match j.on_invalid_token.as_deref().unwrap_or("reject") {
         "fallback" => OnInvalidToken::Fallback,
         "reject" => OnInvalidToken::Reject,
         other => return Err(err("on_invalid_token", format!("`{other}` is neither `fallback` nor `reject`"))),

@@ -142,14 +142,21 @@ pub enum TokenSource {
     Cookie(String),
 }
 
-/// What a request whose token does not verify gets (`on_invalid_token`).
+/// What a request whose token is present but does not verify gets (`on_invalid_token`).
+///
+/// Applications differ in what they accept as a token (padding, extra spaces, a second
+/// `Authorization` line): a token sluice cannot verify may still be the application's
+/// identity. Falling back to the address would let a client rotate addresses for a fresh
+/// allowance while the application serves the token's subject, so the default refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnInvalidToken {
-    /// Its `jwt:` parts are absent: the next source of each fallback chain is used.
+    /// 401 with `WWW-Authenticate: Bearer error="invalid_token"` (the default). The fallback
+    /// of a `jwt:sub|ip` chain is for requests that carry no token.
     #[default]
-    Fallback,
-    /// 401 with `WWW-Authenticate: Bearer error="invalid_token"`.
     Reject,
+    /// Its `jwt:` parts are absent: the next source of each fallback chain is used. For an
+    /// application known to accept exactly the tokens sluice verifies.
+    Fallback,
 }
 
 /// `[server]`
@@ -182,6 +189,8 @@ pub struct Server {
     /// Bodies read at once for one client address (429 beyond): slow bodies from one client
     /// cannot fill `max_in_flight`.
     pub max_body_reads_per_client: usize,
+    /// What the gateway does with request header names that contain `_` (`underscore_headers`).
+    pub underscore_headers: UnderscoreHeaders,
     /// Secret keying the key hash; instances sharing a store must share it (required with a
     /// shared store). From `key_secret`, `key_secret_file` or the variable `key_secret_env` names.
     pub key_secret: Option<Secret>,
@@ -238,6 +247,32 @@ impl HeaderStyle {
     }
 }
 
+/// What the gateway does with request header names that contain `_` before proxying
+/// (`server.underscore_headers`).
+///
+/// WSGI and CGI applications (Django, Flask, anything behind gunicorn or uWSGI) read `X_Api_Key`
+/// and `X-Api-Key` as one variable, `HTTP_X_API_KEY`: a header sluice reads under one spelling
+/// would reach them under another. nginx drops such names by default for the same reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnderscoreHeaders {
+    /// Dropped before the request is proxied (the default).
+    #[default]
+    Drop,
+    /// Passed on, except a spelling of a header sluice reads for identity or keys (never
+    /// forwarded in another spelling, whatever this says).
+    Forward,
+}
+
+impl UnderscoreHeaders {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnderscoreHeaders::Drop => "drop",
+            UnderscoreHeaders::Forward => "forward",
+        }
+    }
+}
+
 /// What a denial does to the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnDeny {
@@ -278,6 +313,37 @@ pub struct Route {
     pub methods: Option<Vec<String>>,
     /// The limits every matching request must pass.
     pub limits: Vec<RouteLimit>,
+    /// Refusals this route waives because the operator knows how its application reads requests
+    /// (`loosen`); by default none is waived.
+    pub loosen: Loosen,
+}
+
+/// Refusals a route can waive (`loosen = ["content-type", "query"]`).
+///
+/// sluice refuses a request whose keyed input readers could disagree on (see the security
+/// docs). An operator who knows the one application behind a route can say it reads the
+/// request only one way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Loosen {
+    /// `"content-type"`: the body is keyed by the route's `json:`/`form:` parts whatever its
+    /// content type says (the application parses it as JSON, or as a form, regardless). By
+    /// default a body whose content type is not the parts' kind is refused with 415.
+    pub content_type: bool,
+    /// `"query"`: a keyed body field may also be in the query string (the application never
+    /// reads the query for it). By default such a request is refused with 400: Flask's
+    /// `request.values` and PHP's `$_REQUEST` let one override the other.
+    pub query: bool,
+}
+
+impl Loosen {
+    /// Every name `loosen` accepts, in the order they are documented.
+    pub const NAMES: [&'static str; 2] = ["content-type", "query"];
+
+    /// The names this value waives, for display.
+    pub fn names(self) -> Vec<&'static str> {
+        let on = [self.content_type, self.query];
+        Self::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+    }
 }
 
 /// A route's path: exact, or a prefix written `/api/*`.
@@ -403,7 +469,7 @@ impl KeySpec {
 
     /// True when some part reads the request body.
     pub fn needs_body(&self) -> bool {
-        self.parts.iter().flatten().any(|s| s.json_pointer().is_some())
+        self.parts.iter().flatten().any(|s| s.body_field().is_some())
     }
 }
 
@@ -424,8 +490,10 @@ pub enum KeySource {
     Header(String),
     /// The authenticated user id from `server.user_header`, believed only from trusted proxies.
     User,
-    /// A string at a JSON pointer in the body, trimmed and lower-cased.
+    /// A string at a JSON pointer in a JSON body, compared as an account name.
     Json(String),
+    /// A field of an `application/x-www-form-urlencoded` body, compared as an account name.
+    Form(String),
     /// The request method.
     Method,
     /// The request path.
@@ -453,10 +521,19 @@ impl KeySource {
         }
     }
 
-    /// The JSON pointer this source reads, if it reads the body.
+    /// The JSON pointer this source reads, if it reads a JSON body.
     pub fn json_pointer(&self) -> Option<&str> {
         match self.base() {
             KeySource::Json(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The body field this source reads, if it reads the body: a JSON pointer or a form field.
+    pub fn body_field(&self) -> Option<BodyField<'_>> {
+        match self.base() {
+            KeySource::Json(p) => Some(BodyField::Json(p)),
+            KeySource::Form(f) => Some(BodyField::Form(f)),
             _ => None,
         }
     }
@@ -469,6 +546,7 @@ impl KeySource {
             KeySource::Header(_) => "header",
             KeySource::User => "user",
             KeySource::Json(_) => "json",
+            KeySource::Form(_) => "form",
             KeySource::Method => "method",
             KeySource::Path => "path",
             KeySource::Route => "route",
@@ -483,6 +561,7 @@ impl fmt::Display for KeySource {
         match self {
             KeySource::Header(h) => write!(f, "header:{h}"),
             KeySource::Json(p) => write!(f, "json:{p}"),
+            KeySource::Form(name) => write!(f, "form:{name}"),
             KeySource::Const(c) => write!(f, "const:{c}"),
             KeySource::Email(inner) => write!(f, "email({inner})"),
             // A top-level claim as written (`jwt:sub`), a deeper one as its pointer.
@@ -491,6 +570,30 @@ impl fmt::Display for KeySource {
                 _ => write!(f, "jwt:{p}"),
             },
             other => f.write_str(other.kind()),
+        }
+    }
+}
+
+/// A field of the request body that a key part reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyField<'a> {
+    /// An RFC 6901 pointer into a JSON body (`/user/email`).
+    Json(&'a str),
+    /// A field name of a form body (`email`).
+    Form(&'a str),
+}
+
+impl BodyField<'_> {
+    /// The top-level name an application would also look for in the query string: a form
+    /// field's name, or a JSON pointer's first member (`/user/email` is `user`, which Rails
+    /// and PHP read from `user[email]=` in a query).
+    pub fn top_name(&self) -> String {
+        match self {
+            BodyField::Form(name) => (*name).to_owned(),
+            BodyField::Json(p) => {
+                let first = p.strip_prefix('/').unwrap_or(p).split('/').next().unwrap_or("");
+                first.replace("~1", "/").replace("~0", "~")
+            }
         }
     }
 }

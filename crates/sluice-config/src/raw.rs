@@ -40,6 +40,7 @@ pub(crate) struct RawServer {
     pub body_timeout: Option<String>,
     pub body_idle_timeout: Option<String>,
     pub max_body_reads_per_client: Option<usize>,
+    pub underscore_headers: Option<String>,
     pub key_secret: Option<String>,
     pub key_secret_file: Option<String>,
     pub key_secret_env: Option<String>,
@@ -78,6 +79,8 @@ pub(crate) struct RawRoute {
     pub cost: Option<u64>,
     #[serde(default)]
     pub limits: Vec<RawLimit>,
+    #[serde(default)]
+    pub loosen: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -177,6 +177,11 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
     if max_body_reads_per_client == 0 {
         return Err(err("max_body_reads_per_client", "must be at least 1".into()));
     }
+    let underscore_headers = match s.underscore_headers.as_deref().unwrap_or("drop") {
+        "drop" => UnderscoreHeaders::Drop,
+        "forward" => UnderscoreHeaders::Forward,
+        other => return Err(err("underscore_headers", format!("`{other}` is neither `drop` nor `forward`"))),
+    };
     let key_secret =
         read_secret(src, &span, "server", "key_secret", (s.key_secret, s.key_secret_file, s.key_secret_env))?;
     let server = Server {
@@ -193,6 +198,7 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
         body_timeout,
         body_idle_timeout,
         max_body_reads_per_client,
+        underscore_headers,
         key_secret,
     };
     Ok((server, s.decision_api))
@@ -507,7 +513,25 @@ fn route(
             limits.push(RouteLimit { policy, key: key.clone(), cost, plan });
         }
     }
-    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits })
+    let mut loosen = Loosen::default();
+    for name in &r.loosen {
+        match name.as_str() {
+            "content-type" => loosen.content_type = true,
+            "query" => loosen.query = true,
+            other => {
+                let known = Loosen::NAMES.join(", ");
+                return Err(err("loosen", format!("`{other}` is not a refusal a route can waive ({known})")));
+            }
+        }
+    }
+    if (loosen.content_type || loosen.query) && !limits.iter().any(|l| l.key.needs_body()) {
+        return Err(err(
+            "loosen",
+            "`content-type` and `query` waive refusals of body key parts (json:, form:), and no limit here has one"
+                .into(),
+        ));
+    }
+    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits, loosen })
 }
 
 /// Parses one key part: sources separated by `|`, tried in order.
@@ -518,10 +542,14 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
             if let Some(inner) = s.strip_prefix("email(").and_then(|r| r.strip_suffix(')')) {
                 let inner = key_part(inner)?;
                 return match inner.as_slice() {
-                    [one @ (KeySource::Header(_) | KeySource::Json(_) | KeySource::User | KeySource::Jwt(_))] => {
-                        Ok(KeySource::Email(Box::new(one.clone())))
-                    }
-                    _ => Err(format!("`{s}`: email(...) takes one header:, json:, jwt: or user part")),
+                    [
+                        one @ (KeySource::Header(_)
+                        | KeySource::Json(_)
+                        | KeySource::Form(_)
+                        | KeySource::User
+                        | KeySource::Jwt(_)),
+                    ] => Ok(KeySource::Email(Box::new(one.clone()))),
+                    _ => Err(format!("`{s}`: email(...) takes one header:, json:, form:, jwt: or user part")),
                 };
             }
             let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
@@ -544,11 +572,20 @@ fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
                     }
                     Ok(KeySource::Json(p))
                 }
+                "form" => {
+                    let name = need_arg("a form field name, like `form:email`")?;
+                    if name.bytes().any(|b| !b.is_ascii_graphic() || b"&=;%+".contains(&b)) {
+                        return Err(format!(
+                            "`{name}` is not a form field name (printable ASCII without `&`, `=`, `;`, `%` or `+`)"
+                        ));
+                    }
+                    Ok(KeySource::Form(name))
+                }
                 "const" => Ok(KeySource::Const(need_arg("a value, like `const:global`")?)),
                 "jwt" => Ok(KeySource::Jwt(claim_pointer(&need_arg("a claim, like `jwt:sub` or `jwt:/tenant/id`")?))),
                 other => Err(format!(
-                    "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, jwt:CLAIM, method, path, route, \
-                     const:VALUE, email(...))"
+                    "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, form:FIELD, jwt:CLAIM, method, \
+                     path, route, const:VALUE, email(...))"
                 )),
             }
         })

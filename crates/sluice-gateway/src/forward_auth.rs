@@ -208,7 +208,7 @@ pub async fn handle(
         );
     }
     let facts =
-        RequestFacts { method: original.method, path: &path, route: &route.name, client: &client, headers, json: None };
+        RequestFacts { method: original.method, path: &path, route: &route.name, client: &client, headers, body: None };
     let ruling = match routes::decide_bodiless(limiter, route, &facts).await {
         Ok(r) => r,
         Err(refused) => return respond::answer(refused.answer()),

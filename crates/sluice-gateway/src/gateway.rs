@@ -10,8 +10,8 @@ use arc_swap::ArcSwap;
 use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use sluice_config::{Config, KeySource, OnDeny, PlanChoice, Route};
-use sluice_http::body_key::{BodyRefusal, JsonBody, keyable_json, needs_body};
+use sluice_config::{Config, KeySource, OnDeny, PlanChoice, Route, TokenSource};
+use sluice_http::body_key::{BodyKind, BodyRefusal, KeyedBody, body_kind, keyable_body, needs_body};
 use sluice_http::identity::Client;
 use sluice_http::keys::RequestFacts;
 use sluice_http::pipeline::{Action, Limiter, Refusal, route_path};
@@ -71,6 +71,17 @@ impl Loaded {
         });
         let forwarding =
             Forwarding::with_identity(s.forwarded_header, s.user_header.as_deref().into_iter().chain(plan_headers));
+        // Headers sluice reads for keys and tokens: never forwarded spelled with `_`.
+        let keyed = config.routes.iter().flat_map(|r| &r.limits).flat_map(|l| l.key.parts.iter().flatten());
+        let keyed = keyed.filter_map(|p| match p.base() {
+            KeySource::Header(h) => Some(h.as_str()),
+            _ => None,
+        });
+        let token = config.identity.jwt.as_ref().and_then(|j| match &j.token {
+            TokenSource::Header(h) => Some(h.as_str()),
+            TokenSource::Cookie(_) => None,
+        });
+        let forwarding = forwarding.with_underscores(s.underscore_headers, keyed.chain(token));
         let body_reads = Arc::new(BodyReads::new(s.max_body_reads_per_client));
         forward_auth::warn_undecidable(&config);
         Ok(Self { limiter, upstream, forwarding, body_reads, decision_api, config, observed })
@@ -216,7 +227,16 @@ impl Gateway {
             route: &route.name,
             client: &client,
             headers: &parts.headers,
-            json: None,
+            body: None,
+        };
+        // A body the route keys on must be read as the application will read it: its content
+        // type and the query string are checked before anything is charged.
+        let body_kind = match needs_body(&route.limits) {
+            true => match body_kind(&route.limits, route.loosen, &parts.headers, parts.uri.query()) {
+                Ok(kind) => kind,
+                Err(why) => return Ok(respond::answer(Refusal::from(why).answer())),
+            },
+            false => None,
         };
         // The limits that need no body are decided first: a client whose address is spent is
         // refused before its body is read, and each body read is charged to it.
@@ -227,8 +247,8 @@ impl Gateway {
         };
         let mut body = ReplayBody::untouched(body);
         if needs_body(&route.limits) && ruling.allowed() {
-            let read = read_keyed_body(loaded, &client, route, body).await;
-            let (json, replay) = match read {
+            let read = read_keyed_body(loaded, &client, route, body_kind, body).await;
+            let (keyed, replay) = match read {
                 Ok(read) => read,
                 Err(answer) => {
                     loaded.observed.record(Some(route_idx), &route.name, &ruling).emit(answer.status.as_u16());
@@ -236,7 +256,7 @@ impl Gateway {
                 }
             };
             body = replay;
-            let facts = RequestFacts { json: json.as_ref(), ..facts };
+            let facts = RequestFacts { body: keyed.as_ref(), ..facts };
             let later = match limiter.checks_of(&route.limits, &facts, |l| l.key.needs_body()) {
                 Ok(c) => c,
                 Err(refused) => return Ok(respond::answer(refused.answer())),
@@ -268,7 +288,8 @@ impl Gateway {
     }
 }
 
-/// The JSON a route's `json:` key parts read, and the body to forward (intact). At most
+/// The body a route's `json:` and `form:` key parts read (parsed as `kind`), and the body to
+/// forward (intact). At most
 /// `max_body_bytes` are read, within `body_timeout` and with no pause longer than
 /// `body_idle_timeout` (408 otherwise), and no more than `max_body_reads_per_client` bodies at once
 /// for one client (429 beyond). A body that cannot be keyed is refused (400).
@@ -276,8 +297,9 @@ async fn read_keyed_body(
     loaded: &Loaded,
     client: &Client,
     route: &Route,
+    kind: Option<BodyKind>,
     body: ReplayBody,
-) -> Result<(Option<JsonBody>, ReplayBody), Answer> {
+) -> Result<(Option<KeyedBody>, ReplayBody), Answer> {
     let s = &loaded.config.server;
     let Some(_reading) = loaded.body_reads.start(client.grouped) else {
         return Err(Answer::error(
@@ -297,8 +319,8 @@ async fn read_keyed_body(
     };
     let read = read_prefix(incoming, s.max_body_bytes, Duration::from_nanos(s.body_idle_timeout));
     match tokio::time::timeout(Duration::from_nanos(s.body_timeout), read).await {
-        Ok(Ok(prefix)) => match keyable_json(&route.limits, &prefix.bytes, prefix.complete) {
-            Ok(json) => Ok((json, prefix.body)),
+        Ok(Ok(prefix)) => match keyable_body(&route.limits, kind, &prefix.bytes, prefix.complete) {
+            Ok(keyed) => Ok((keyed, prefix.body)),
             Err(why) => Err(Refusal::from(why).answer()),
         },
         Ok(Err(ReadError::Idle)) | Err(_) => Err(slow()),

@@ -9,7 +9,7 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use http_body_util::Either;
 
-use sluice_config::ForwardedHeader;
+use sluice_config::{ForwardedHeader, UnderscoreHeaders};
 use sluice_http::identity::Client;
 
 use crate::body::ReplayBody;
@@ -243,6 +243,12 @@ pub struct Forwarding {
     header: ForwardedHeader,
     /// Identity headers believed only from trusted proxies (the user header, plan headers).
     identity: Vec<HeaderName>,
+    /// What happens to header names with `_` (dropped by default: WSGI reads `X_User` as
+    /// `X-User`).
+    underscores: UnderscoreHeaders,
+    /// Headers sluice reads (keyed headers, the token header), besides the identity headers:
+    /// never forwarded spelled with `_`, even when other such names are.
+    read: Vec<String>,
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -260,7 +266,18 @@ impl Forwarding {
     pub fn with_identity<'a>(header: ForwardedHeader, identity: impl Iterator<Item = &'a str>) -> Self {
         let mut names: Vec<HeaderName> = identity.filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok()).collect();
         names.dedup();
-        Self { header, identity: names }
+        Self { header, identity: names, underscores: UnderscoreHeaders::Drop, read: Vec::new() }
+    }
+
+    /// The same, doing `underscores` with header names that contain `_`; a spelling of a header
+    /// in `read` (or of an identity header) is dropped whatever `underscores` says.
+    pub fn with_underscores<'a>(self, underscores: UnderscoreHeaders, read: impl Iterator<Item = &'a str>) -> Self {
+        let mut read: Vec<String> = read.map(str::to_ascii_lowercase).collect();
+        read.extend(["x-forwarded-for", "forwarded", "x-real-ip"].map(String::from));
+        read.extend(self.identity.iter().map(|h| h.as_str().to_owned()));
+        read.sort();
+        read.dedup();
+        Self { underscores, read, ..self }
     }
 
     /// Rewrites the identity headers of a request from `client` for the upstream.
@@ -286,8 +303,11 @@ impl Forwarding {
         // Which identity headers came, in one pass over the names: most requests carry none, and
         // removing an absent header still hashes its name.
         let (mut has_ours, mut has_other, mut has_real_ip, mut has_identity) = (false, false, false, false);
+        let mut has_underscore = false;
         for name in headers.keys() {
-            if name == ours {
+            if name.as_str().contains('_') {
+                has_underscore = true;
+            } else if name == ours {
                 has_ours = true;
             } else if name == other {
                 has_other = true;
@@ -299,6 +319,9 @@ impl Forwarding {
         }
         if has_other {
             headers.remove(other);
+        }
+        if has_underscore {
+            self.drop_underscored(headers);
         }
         if !client.peer_trusted {
             if has_ours {
@@ -325,6 +348,25 @@ impl Forwarding {
             (ForwardedHeader::Forwarded, IpAddr::V6(v6)) => out.extend_from_slice(format!("for=\"[{v6}]\"").as_bytes()),
         };
         append_entry(headers, has_ours.then_some(ours), ours, write);
+    }
+}
+
+impl Forwarding {
+    /// Removes the header names with `_` that must not reach the upstream: every one by default,
+    /// and with `underscore_headers = "forward"` those that spell a header sluice reads.
+    fn drop_underscored(&self, headers: &mut HeaderMap) {
+        let doomed: Vec<HeaderName> = headers
+            .keys()
+            .filter(|n| n.as_str().contains('_'))
+            .filter(|n| {
+                self.underscores == UnderscoreHeaders::Drop
+                    || self.read.iter().any(|r| r.len() == n.as_str().len() && r == &n.as_str().replace('_', "-"))
+            })
+            .cloned()
+            .collect();
+        for name in doomed {
+            headers.remove(&name);
+        }
     }
 }
 

@@ -29,7 +29,7 @@
 //! let client = loaded.limiter.client("203.0.113.9".parse().unwrap(), &http::HeaderMap::new());
 //! let headers = http::HeaderMap::new();
 //! let facts = sluice_http::keys::RequestFacts {
-//!     method: "GET", path: &path, route: &route.name, client: &client, headers: &headers, json: None,
+//!     method: "GET", path: &path, route: &route.name, client: &client, headers: &headers, body: None,
 //! };
 //! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! let first = runtime.block_on(routes::decide_bodiless(&loaded.limiter, route, &facts)).unwrap();

@@ -90,7 +90,8 @@ async fn a_request_without_the_field_counts_against_a_shared_key_and_an_unkeyabl
     let mut statuses = Vec::new();
     for (i, b) in bodies.iter().enumerate() {
         let ip = format!("198.51.100.{}", 20 + i);
-        statuses.push(c.post("/api/password-reset", &[("x-forwarded-for", &ip)], *b).await.status);
+        let json = [("x-forwarded-for", ip.as_str()), ("content-type", "application/json")];
+        statuses.push(c.post("/api/password-reset", &json, *b).await.status);
     }
     assert_eq!(statuses, [200, 200, 200, 429]);
     // A body padded past max_body_bytes is forwarded but not keyed by account: it lands on the
@@ -107,8 +108,19 @@ async fn a_request_without_the_field_counts_against_a_shared_key_and_an_unkeyabl
     ];
     for (i, (body, want)) in refused.iter().enumerate() {
         let ip = format!("198.51.100.{}", 40 + i);
-        let res = c.post("/api/password-reset", &[("x-forwarded-for", &ip)], body.to_string()).await;
+        let json = [("x-forwarded-for", ip.as_str()), ("content-type", "application/json")];
+        let res = c.post("/api/password-reset", &json, body.to_string()).await;
         assert_eq!(res.status, *want, "{}", &body[..body.len().min(40)]);
+    }
+    // A body sent with no content type, or as another kind, is not read as JSON: an
+    // application would parse it as what it says it is (or not at all). 415, nothing charged.
+    let victim = r#"{"email": "victim@example.com"}"#;
+    for (i, typ) in [None, Some("application/x-www-form-urlencoded"), Some("text/plain"), Some("multipart/form-data; boundary=x")].iter().enumerate() {
+        let ip = format!("198.51.100.{}", 60 + i);
+        let mut headers = vec![("x-forwarded-for", ip.as_str())];
+        headers.extend(typ.map(|t| ("content-type", t)));
+        let res = c.post("/api/password-reset", &headers, victim).await;
+        assert_eq!((res.status, res.json()["error"].as_str()), (415, Some("unsupported_media_type")), "{typ:?}");
     }
 }
 

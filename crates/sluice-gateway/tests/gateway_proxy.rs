@@ -274,7 +274,7 @@ async fn a_chunked_body_on_a_json_keyed_route_is_keyed_and_forwarded_intact() {
     let send = |doc: Vec<u8>| async move {
         let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
         let mut req =
-            b"POST /account HTTP/1.1\r\nHost: t\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            b"POST /account HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         for chunk in doc.chunks(700) {
             req.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
             req.extend_from_slice(chunk);

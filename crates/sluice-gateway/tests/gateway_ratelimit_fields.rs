@@ -197,7 +197,7 @@ async fn headers_for(limiter: &Limiter, cfg: &Config, ip: &str) -> (http::Header
     let headers = http::HeaderMap::new();
     let client = limiter.client(ip.parse().unwrap(), &headers);
     let facts =
-        RequestFacts { method: "GET", path: "/api", route: "/api", client: &client, headers: &headers, json: None };
+        RequestFacts { method: "GET", path: "/api", route: "/api", client: &client, headers: &headers, body: None };
     let ruling = limiter.decide(limiter.checks(&cfg.routes[0].limits, &facts).expect("keys")).await;
     let mut out = http::HeaderMap::new();
     ruling.write_headers(&mut out);

@@ -467,7 +467,7 @@ async fn a_denial_line_names_its_policy_and_carries_no_raw_ip_email_or_api_key()
     // The key hash is the keyed hash the store saw (so an operator holding the secret can find
     // an account's lines), 128 bits in hex.
     let hasher = KeyHasher::from_secret(b"a shared secret of the test, 32+");
-    let json: sluice_http::body_key::JsonBody = serde_json::from_str(body).unwrap();
+    let json = sluice_http::body_key::KeyedBody::Json(serde_json::from_str(body).unwrap());
     let ip = "203.0.113.77".parse().unwrap();
     let client = ClientId { ip, grouped: ip, peer_trusted: true };
     let facts = RequestFacts {
@@ -476,7 +476,7 @@ async fn a_denial_line_names_its_policy_and_carries_no_raw_ip_email_or_api_key()
         route: "password-reset",
         client: &client,
         headers: &http::HeaderMap::new(),
-        json: Some(&json),
+        body: Some(&json),
     };
     let spec = KeySpec { parts: vec![vec![KeySource::Json("/email".into())]] };
     let expected = KeyBuilder::new(hasher, None).key("per-account", &spec, &facts).unwrap().0.to_hex();

@@ -1,32 +1,177 @@
-//! Which JSON a request body gives to `json:` key parts, or why the body is refused.
+//! Which body a request gives to `json:` and `form:` key parts, or why the body is refused.
 //!
-//! The body is read by the face that has it (the gateway reads a bounded prefix); the rule for
-//! what may be keyed lives here, once. The rule is about ambiguity: a body that parsers read
-//! differently — duplicate members (first-wins upstreams see one, last-wins another), member
-//! names that case-insensitive binders (Go's `encoding/json`, ASP.NET) fold into the keyed one —
-//! would let a client be limited as one account while the upstream acts for another.
+//! The body is read by the face that has it (the gateway reads a bounded prefix); the rules for
+//! what may be keyed live here, once. They are about ambiguity: a body that the application
+//! behind sluice could read differently from sluice would let a client be limited as one account
+//! while the application acts for another. So a keyed body is read only as what its content type
+//! says and the route expects (a JSON body sent as a form is a form to Express and Rails), a keyed
+//! field may not also be in the query string (Flask's `request.values` and PHP's `$_REQUEST` let
+//! one override the other), and a keyed field must be unambiguous: no duplicate members
+//! (first-wins readers see one, last-wins another), no member names that case-insensitive
+//! binders (Go's `encoding/json`, ASP.NET) fold into the keyed one; for forms see
+//! [`crate::form_body`].
 
 use std::fmt;
 
+use http::HeaderMap;
+use http::header::CONTENT_TYPE;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use sluice_config::{KeySource, RouteLimit};
+use sluice_config::{BodyField, KeySource, Loosen, RouteLimit};
 
-/// Why a body that a route keys on is refused (400).
+use crate::account::account_key;
+use crate::form_body::{FormBody, query_names};
+
+/// Why a body that a route keys on is refused: 415 for a content type the route does not read,
+/// 400 otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyRefusal {
     /// The body is complete but not JSON.
     #[error("This route needs a JSON request body.")]
     NotJson,
+    /// The body is complete but not a well-formed `application/x-www-form-urlencoded` form.
+    #[error("This route needs a well-formed form body (application/x-www-form-urlencoded).")]
+    NotForm,
+    /// The content type is not the kind of body the route's key parts read (or there are
+    /// several, or none with a body): an application would parse the body another way (415).
+    #[error(
+        "This route reads its limit key from the request body: send it with the content type the route expects (application/json, or application/x-www-form-urlencoded for a form)."
+    )]
+    ContentType,
+    /// A field the route is limited by is also in the query string.
+    #[error("A field this route is limited by may not also be in the query string.")]
+    FieldInQuery,
     /// The keyed field is an array or an object, which an upstream might still coerce.
     #[error("A field this route is limited by must be a string or a number.")]
     NotScalar,
     /// An object on the way to a keyed field has the member twice, or a member whose name
-    /// differs from it only by case.
+    /// differs from it only by case (for forms: see [`FormBody::field`]).
     #[error("A field this route is limited by is ambiguous: it appears twice, or in two spellings.")]
     Ambiguous,
     /// The body could not be read.
     #[error("The request body could not be read.")]
     Unreadable,
+}
+
+impl BodyRefusal {
+    /// The status that answers it: 415 for [`BodyRefusal::ContentType`], 400 otherwise.
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            BodyRefusal::ContentType => http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => http::StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// How a keyed body is parsed, from its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// `application/json` or `application/*+json`.
+    Json,
+    /// `application/x-www-form-urlencoded`.
+    Form,
+}
+
+/// A keyed body, parsed as its kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyedBody {
+    /// A JSON body.
+    Json(JsonBody),
+    /// A form body.
+    Form(FormBody),
+}
+
+impl KeyedBody {
+    /// The key text of `field` in this body (an account name, see [`account_key`]): `None` when
+    /// the body does not have it, or is of the other kind.
+    pub fn key_text(&self, field: BodyField<'_>) -> Option<String> {
+        let text = match (self, field) {
+            (KeyedBody::Json(j), BodyField::Json(p)) => j.pointer(p).ok().flatten().and_then(JsonBody::key_text)?,
+            (KeyedBody::Form(f), BodyField::Form(name)) => f.field(name).ok().flatten()?,
+            _ => return None,
+        };
+        let key = account_key(&text);
+        (!key.is_empty()).then_some(key)
+    }
+}
+
+/// Checks made before a keyed body is read: the fields the route's parts read are not also in
+/// the query string (unless the route loosens `query`), and the content type is one the parts
+/// read (unless it loosens `content-type`). Gives the kind to parse the body as; `None` when
+/// the request has no content type (then only an empty body can be keyed: as absent).
+///
+/// ```
+/// use sluice_http::body_key::{BodyKind, BodyRefusal, body_kind};
+/// let route = &sluice_config::parse("t.toml", r#"
+/// [[policy]]
+/// name = "per-account"
+/// algorithm = "fixed-window"
+/// limit = 3
+/// window = "15m"
+/// [[route]]
+/// path = "/reset"
+/// limits = [{ policy = "per-account", key = "json:/email" }]
+/// "#).unwrap().routes[0];
+/// let typed = |t: &str| {
+///     let mut h = http::HeaderMap::new();
+///     h.insert("content-type", t.parse().unwrap());
+///     h
+/// };
+/// let kind = |h: &http::HeaderMap, q: Option<&str>| body_kind(&route.limits, route.loosen, h, q);
+/// assert_eq!(kind(&typed("application/json; charset=utf-8"), Some("lang=uk")), Ok(Some(BodyKind::Json)));
+/// assert_eq!(kind(&typed("application/merge-patch+json"), None), Ok(Some(BodyKind::Json)));
+/// assert_eq!(kind(&typed("application/x-www-form-urlencoded"), None), Err(BodyRefusal::ContentType));
+/// assert_eq!(kind(&typed("application/json"), Some("email=victim%40x")), Err(BodyRefusal::FieldInQuery));
+/// assert_eq!(kind(&http::HeaderMap::new(), None), Ok(None));
+/// ```
+pub fn body_kind(
+    limits: &[RouteLimit],
+    loosen: Loosen,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Option<BodyKind>, BodyRefusal> {
+    if !loosen.query
+        && let Some(q) = query
+        && fields(limits).any(|f| query_names(q, &f.top_name()))
+    {
+        return Err(BodyRefusal::FieldInQuery);
+    }
+    let reads_json = fields(limits).any(|f| matches!(f, BodyField::Json(_)));
+    let reads_form = fields(limits).any(|f| matches!(f, BodyField::Form(_)));
+    let default = if reads_json { BodyKind::Json } else { BodyKind::Form };
+    let mut lines = headers.get_all(CONTENT_TYPE).iter();
+    let (line, again) = (lines.next(), lines.next());
+    if again.is_some() {
+        return if loosen.content_type { Ok(Some(default)) } else { Err(BodyRefusal::ContentType) };
+    }
+    let Some(line) = line else {
+        return Ok(loosen.content_type.then_some(default));
+    };
+    let said = match media_type(line.as_bytes()) {
+        Some(BodyKind::Json) if reads_json => Some(BodyKind::Json),
+        Some(BodyKind::Form) if reads_form => Some(BodyKind::Form),
+        _ => None,
+    };
+    match said {
+        Some(kind) => Ok(Some(kind)),
+        None if loosen.content_type => Ok(Some(default)),
+        None => Err(BodyRefusal::ContentType),
+    }
+}
+
+/// The body kind a `Content-Type` value names, if it names one sluice parses: the media type
+/// (before any `;` parameter), trimmed, compared whatever its case.
+fn media_type(value: &[u8]) -> Option<BodyKind> {
+    let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
+    let media = value[..end].trim_ascii().to_ascii_lowercase();
+    if media == b"application/json" || (media.starts_with(b"application/") && media.ends_with(b"+json")) {
+        return Some(BodyKind::Json);
+    }
+    (media == b"application/x-www-form-urlencoded").then_some(BodyKind::Form)
+}
+
+/// The body fields the key parts of `limits` read.
+fn fields(limits: &[RouteLimit]) -> impl Iterator<Item = BodyField<'_>> {
+    limits.iter().flat_map(|l| l.key.parts.iter().flatten()).filter_map(KeySource::body_field)
 }
 
 /// A JSON body as parsed for keys: every member of every object kept, in order, duplicates too.
@@ -101,26 +246,25 @@ impl JsonBody {
         Ok(Some(at))
     }
 
-    /// The key material of a scalar: a string trimmed and lower-cased, a number by its value
-    /// (`1`, `1.0` and `1e0` are one key), a boolean as `true`/`false`; `None` for null, an
-    /// empty string, an array or an object.
+    /// The key text of a scalar, before [`account_key`] folds it: a string as it is, a number
+    /// by its value (`1`, `1.0` and `1e0` are one key), a boolean as `true`/`false`; `None` for
+    /// null, an array or an object.
     ///
     /// ```
     /// use sluice_http::body_key::JsonBody;
     /// let one = |t: &str| serde_json::from_str::<JsonBody>(t).unwrap().key_text();
     /// assert_eq!(one("1"), one("1.0"));
     /// assert_eq!(one("1e0").as_deref(), Some("1"));
-    /// assert_eq!(one("\" Victim@Example.COM \"").as_deref(), Some("victim@example.com"));
+    /// assert_eq!(one("\" Victim@Example.COM \"").as_deref(), Some(" Victim@Example.COM "));
     /// assert_eq!(one("[1]"), None);
     /// ```
     pub fn key_text(&self) -> Option<String> {
-        let text = match self {
-            JsonBody::String(s) => s.trim().to_lowercase(),
+        Some(match self {
+            JsonBody::String(s) => s.clone(),
             JsonBody::Number(n) => number_key(n),
             JsonBody::Bool(b) => b.to_string(),
             JsonBody::Null | JsonBody::Array(_) | JsonBody::Object(_) => return None,
-        };
-        (!text.is_empty()).then_some(text)
+        })
     }
 }
 
@@ -212,21 +356,18 @@ pub fn needs_body(limits: &[RouteLimit]) -> bool {
     limits.iter().any(|l| l.key.needs_body())
 }
 
-/// The JSON pointers the `json:` key parts of `limits` read.
-fn pointers(limits: &[RouteLimit]) -> impl Iterator<Item = &str> {
-    limits.iter().flat_map(|l| l.key.parts.iter().flatten()).filter_map(KeySource::json_pointer)
-}
-
-/// The JSON that `json:` key parts of `limits` read from a body whose first bytes are `bytes`
-/// (`complete`: the whole body fit in them).
+/// The body that the `json:` and `form:` key parts of `limits` read, parsed as `kind` (from
+/// [`body_kind`]), from a body whose first bytes are `bytes` (`complete`: the whole body fit in
+/// them).
 ///
 /// A body larger than the bound is forwarded intact and, like an empty body or a missing
 /// field, has no key: such requests share one "absent" key, so together they get one account's
-/// allowance, never one each. A complete body that cannot be keyed is refused: not JSON, a keyed
-/// field that is an array or an object, or one that is ambiguous.
+/// allowance, never one each. A complete body that cannot be keyed is refused: not of its kind,
+/// sent with no content type, a keyed field that is an array or an object, or one that is
+/// ambiguous.
 ///
 /// ```
-/// use sluice_http::body_key::{keyable_json, BodyRefusal};
+/// use sluice_http::body_key::{BodyKind, BodyRefusal, keyable_body};
 /// let limits = sluice_config::parse("t.toml", r#"
 /// [[policy]]
 /// name = "per-account"
@@ -237,23 +378,47 @@ fn pointers(limits: &[RouteLimit]) -> impl Iterator<Item = &str> {
 /// path = "/reset"
 /// limits = [{ policy = "per-account", key = "json:/email" }]
 /// "#).unwrap().routes[0].limits.clone();
-/// assert!(keyable_json(&limits, br#"{"email":"a@example.com"}"#, true).unwrap().is_some());
-/// assert_eq!(keyable_json(&limits, b"email=a", true), Err(BodyRefusal::NotJson));
-/// assert_eq!(keyable_json(&limits, br#"{"email":["a","b"]}"#, true), Err(BodyRefusal::NotScalar));
-/// assert_eq!(keyable_json(&limits, br#"{"email":"a","email":"b"}"#, true), Err(BodyRefusal::Ambiguous));
-/// assert_eq!(keyable_json(&limits, br#"{"email":"#, false), Ok(None)); // too large: absent
+/// let json = Some(BodyKind::Json);
+/// assert!(keyable_body(&limits, json, br#"{"email":"a@example.com"}"#, true).unwrap().is_some());
+/// assert_eq!(keyable_body(&limits, json, b"email=a", true), Err(BodyRefusal::NotJson));
+/// assert_eq!(keyable_body(&limits, json, br#"{"email":["a","b"]}"#, true), Err(BodyRefusal::NotScalar));
+/// assert_eq!(keyable_body(&limits, json, br#"{"email":"a","email":"b"}"#, true), Err(BodyRefusal::Ambiguous));
+/// assert_eq!(keyable_body(&limits, json, br#"{"email":"#, false), Ok(None)); // too large: absent
+/// assert_eq!(keyable_body(&limits, None, b"", true), Ok(None)); // no body, no type: absent
+/// assert_eq!(keyable_body(&limits, None, b"{}", true), Err(BodyRefusal::ContentType));
 /// ```
-pub fn keyable_json(limits: &[RouteLimit], bytes: &[u8], complete: bool) -> Result<Option<JsonBody>, BodyRefusal> {
+pub fn keyable_body(
+    limits: &[RouteLimit],
+    kind: Option<BodyKind>,
+    bytes: &[u8],
+    complete: bool,
+) -> Result<Option<KeyedBody>, BodyRefusal> {
     if !complete || bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let json = serde_json::from_slice::<JsonBody>(bytes).map_err(|_| BodyRefusal::NotJson)?;
-    for p in pointers(limits) {
-        if matches!(json.pointer(p)?, Some(JsonBody::Array(_) | JsonBody::Object(_))) {
-            return Err(BodyRefusal::NotScalar);
+    match kind {
+        None => Err(BodyRefusal::ContentType),
+        Some(BodyKind::Json) => {
+            let json = serde_json::from_slice::<JsonBody>(bytes).map_err(|_| BodyRefusal::NotJson)?;
+            for f in fields(limits) {
+                if let BodyField::Json(p) = f
+                    && matches!(json.pointer(p)?, Some(JsonBody::Array(_) | JsonBody::Object(_)))
+                {
+                    return Err(BodyRefusal::NotScalar);
+                }
+            }
+            Ok(Some(KeyedBody::Json(json)))
+        }
+        Some(BodyKind::Form) => {
+            let form = FormBody::parse(bytes)?;
+            for f in fields(limits) {
+                if let BodyField::Form(name) = f {
+                    form.field(name)?;
+                }
+            }
+            Ok(Some(KeyedBody::Form(form)))
         }
     }
-    Ok(Some(json))
 }
 
 #[cfg(test)]
@@ -308,7 +473,8 @@ mod tests {
         #[test]
         fn any_bytes_are_keyed_or_refused_never_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let limits = sluice_config::parse("t.toml", "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 3\nwindow = \"1s\"\n[[route]]\npath = \"/r\"\nlimits = [{ policy = \"p\", key = \"json:/a/0/b\" }]\n").unwrap().routes[0].limits.clone();
-            let _ = keyable_json(&limits, &bytes, true);
+            let _ = keyable_body(&limits, Some(BodyKind::Json), &bytes, true);
+            let _ = keyable_body(&limits, Some(BodyKind::Form), &bytes, true);
         }
 
         #[test]

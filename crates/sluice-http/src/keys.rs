@@ -8,7 +8,8 @@ use http::HeaderMap;
 use sluice_config::{KeySource, KeySpec, PlanChoice};
 use sluice_store::{KeyHash, KeyHasher};
 
-use crate::body_key::JsonBody;
+use crate::account::account_key;
+use crate::body_key::KeyedBody;
 use crate::identity::Client;
 use crate::jwt::{JwtVerifier, TokenMemo, Verdict};
 
@@ -20,6 +21,15 @@ pub enum KeyRefusal {
     /// would let the client pick which one counts.
     #[error("The header `{0}` may appear once.")]
     RepeatedHeader(String),
+    /// A header that a key is built from has a byte outside printable ASCII (a tab, a control,
+    /// a non-ASCII byte such as `\xa0`): applications that strip Unicode whitespace or decode
+    /// the value another way would read another key.
+    #[error("The header `{0}` must be printable ASCII.")]
+    HeaderValue(String),
+    /// The request also sends a header that a key is built from under another spelling, with
+    /// `_` for `-` (`X_Api_Key` for `X-Api-Key`): WSGI and CGI applications read both as one.
+    #[error("The header `{0}` is also sent spelled with `_`.")]
+    OtherSpelling(String),
     /// The request's bearer token does not verify, and `[identity.jwt] on_invalid_token` is
     /// `"reject"`.
     #[error("The bearer token is invalid or expired.")]
@@ -39,9 +49,9 @@ pub struct RequestFacts<'a> {
     pub client: &'a Client,
     /// Request headers.
     pub headers: &'a HeaderMap,
-    /// The body parsed as JSON, when some key part needs it and it could be keyed
-    /// (see [`crate::body_key`]).
-    pub json: Option<&'a JsonBody>,
+    /// The body parsed for `json:` or `form:` parts, when some key part needs it and it could
+    /// be keyed (see [`crate::body_key`]).
+    pub body: Option<&'a KeyedBody>,
 }
 
 /// The kind of key a limit was decided on, for logs: the source that the first part of its key
@@ -103,7 +113,7 @@ impl KeyBuilder {
     /// let client = Client { ip, grouped: ip, peer_trusted: false };
     /// let keys = KeyBuilder::new(KeyHasher::from_secret(b"0123456789abcdef"), None);
     /// let key = |headers: &http::HeaderMap| {
-    ///     let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers, json: None };
+    ///     let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers, body: None };
     ///     keys.key("p", &spec, &facts)
     /// };
     /// let mut headers = http::HeaderMap::new();
@@ -251,7 +261,15 @@ impl KeyBuilder {
             if lines.next().is_some() {
                 return Err(KeyRefusal::RepeatedHeader(name.to_owned()));
             }
-            Ok(first.map(|v| v.as_bytes()).filter(|v| !v.is_empty()).map(Cow::Borrowed))
+            if other_spelling(f.headers, name) {
+                return Err(KeyRefusal::OtherSpelling(name.to_owned()));
+            }
+            match first.map(|v| v.as_bytes()).filter(|v| !v.is_empty()) {
+                Some(v) if !v.iter().all(|&b| (b' '..=b'~').contains(&b)) => {
+                    Err(KeyRefusal::HeaderValue(name.to_owned()))
+                }
+                v => Ok(v.map(Cow::Borrowed)),
+            }
         };
         Ok(match source {
             KeySource::Ip => Some(Cow::Owned(match f.client.grouped {
@@ -261,14 +279,17 @@ impl KeyBuilder {
             KeySource::Header(name) => header(name)?,
             KeySource::User => match (&self.user_header, f.client.peer_trusted) {
                 // Only a trusted proxy sets the user header; anyone else's is not read at all.
-                (Some(name), true) => header(name)?,
+                // An account name: compared as the application may compare it.
+                (Some(name), true) => header(name)?
+                    .map(|v| account_key(&String::from_utf8_lossy(&v)))
+                    .filter(|k| !k.is_empty())
+                    .map(|k| Cow::Owned(k.into_bytes())),
                 _ => None,
             },
             // A body with an ambiguous keyed field was refused before keys were built.
-            KeySource::Json(pointer) => f
-                .json
-                .and_then(|j| j.pointer(pointer).ok().flatten())
-                .and_then(JsonBody::key_text)
+            KeySource::Json(_) | KeySource::Form(_) => source
+                .body_field()
+                .and_then(|field| f.body?.key_text(field))
                 .map(|t| Cow::Owned(t.into_bytes())),
             // Routes match methods whatever their case, and HEAD as GET: keys read them alike.
             KeySource::Method => Some(match canonical_method(f.method) {
@@ -283,13 +304,41 @@ impl KeyBuilder {
             }
             KeySource::Jwt(pointer) => match &self.jwt {
                 None => None,
+                Some(verifier) if verifier.token_header().is_some_and(|h| other_spelling(f.headers, h)) => {
+                    return Err(KeyRefusal::OtherSpelling(verifier.token_header().unwrap_or_default().to_owned()));
+                }
                 Some(verifier) => match memo.verdict(verifier, f.headers) {
+                    Verdict::Repeated => {
+                        let name = verifier.token_header().unwrap_or("authorization");
+                        return Err(KeyRefusal::RepeatedHeader(name.to_owned()));
+                    }
                     Verdict::Invalid if verifier.rejects_invalid() => return Err(KeyRefusal::InvalidToken),
                     verdict => verifier.claim(verdict, pointer).map(|c| Cow::Owned(c.to_vec())),
                 },
             },
         })
     }
+}
+
+/// True when `headers` has a line whose name spells `name` with `_` where it has `-`
+/// (`x_api_key` for `x-api-key`; names are lower case). Free when no name has a `_`.
+///
+/// ```
+/// # use sluice_http::keys::other_spelling;
+/// let mut h = http::HeaderMap::new();
+/// h.insert("x-api-key", "k1".parse().unwrap());
+/// assert!(!other_spelling(&h, "x-api-key"));
+/// h.insert("x_api-key", "k2".parse().unwrap());
+/// assert!(other_spelling(&h, "x-api-key"));
+/// ```
+pub fn other_spelling(headers: &HeaderMap, name: &str) -> bool {
+    name.contains('-')
+        && headers.keys().any(|n| {
+            let n = n.as_str();
+            n.len() == name.len()
+                && n.contains('_')
+                && n.bytes().zip(name.bytes()).all(|(a, b)| a == b || (a == b'_' && b == b'-'))
+        })
 }
 
 /// The method as routes match it: upper case, `HEAD` as `GET`. Borrows the common spellings.
@@ -304,18 +353,18 @@ fn canonical_method(method: &str) -> Cow<'_, str> {
     }
 }
 
-/// An address as one account: trimmed, lower-cased, `+tag` dropped from the local part. `None`
-/// when nothing is left of it.
+/// An address as one account: its [`account_key`] (trimmed, case-folded, one spelling of what
+/// looks alike), `+tag` dropped from the local part. `None` when nothing is left of it.
 ///
 /// ```
 /// # use sluice_http::keys::email_key;
-/// assert_eq!(email_key(b" Victim+reset-2@Example.COM ").as_deref(), Some("victim@example.com"));
-/// assert_eq!(email_key(b"victim@example.com").as_deref(), Some("victim@example.com"));
-/// assert_eq!(email_key(b"no-at-sign+x").as_deref(), Some("no-at-sign"));
-/// assert_eq!(email_key(b"+@x").as_deref(), Some("@x"));
+/// assert_eq!(email_key(b" Victim+reset-2@Example.COM ").as_deref(), email_key(b"victim@example.com").as_deref());
+/// assert_eq!(email_key("ｖｉｃｔｉｍ＋x@example.com".as_bytes()), email_key(b"victim@example.com"));
+/// assert_eq!(email_key(b"no-at-sign+x"), email_key(b"no-at-sign"));
+/// assert_eq!(email_key(b"+@x"), email_key(b"@x"));
 /// ```
 pub fn email_key(raw: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(raw).trim().to_lowercase();
+    let text = account_key(&String::from_utf8_lossy(raw));
     let (local, domain) = match text.rsplit_once('@') {
         Some((l, d)) => (l, Some(d)),
         None => (text.as_str(), None),
@@ -341,8 +390,8 @@ mod tests {
         Client { ip, grouped: ip, peer_trusted: trusted }
     }
 
-    fn facts<'a>(h: &'a HeaderMap, json: Option<&'a JsonBody>, client: &'a Client) -> RequestFacts<'a> {
-        RequestFacts { method: "POST", path: "/api/password-reset", route: "reset", client, headers: h, json }
+    fn facts<'a>(h: &'a HeaderMap, body: Option<&'a KeyedBody>, client: &'a Client) -> RequestFacts<'a> {
+        RequestFacts { method: "POST", path: "/api/password-reset", route: "reset", client, headers: h, body }
     }
 
     fn keys() -> KeyBuilder {
@@ -358,7 +407,7 @@ mod tests {
         let h = HeaderMap::new();
         let c = client(false);
         let s = spec(&[&[KeySource::Json("/email".into())]]);
-        let json = |t: &str| serde_json::from_str::<JsonBody>(t).unwrap();
+        let json = |t: &str| KeyedBody::Json(serde_json::from_str(t).unwrap());
         let (a, b, none) = (
             json(r#"{"email": "Victim@Example.com "}"#),
             json(r#"{"email": "victim@example.com"}"#),
@@ -417,7 +466,7 @@ mod tests {
         let h = HeaderMap::new();
         let c = client(false);
         let s = spec(&[&[KeySource::Email(Box::new(KeySource::Json("/email".into())))]]);
-        let json = |t: &str| serde_json::from_str::<JsonBody>(t).unwrap();
+        let json = |t: &str| KeyedBody::Json(serde_json::from_str(t).unwrap());
         let plain = json(r#"{"email":"victim@example.com"}"#);
         let tagged = json(r#"{"email":" Victim+reset9@Example.com"}"#);
         assert_eq!(key(&s, &facts(&h, Some(&plain), &c)), key(&s, &facts(&h, Some(&tagged), &c)));
@@ -435,5 +484,53 @@ mod tests {
         let request = key(&s, &facts(&h, None, &c)).0;
         assert_ne!(request, keys().named("p", "global"));
         assert_ne!(request, keys().named("p", "constglobal"));
+    }
+
+    #[test]
+    fn keyed_header_values_must_be_printable_ascii_and_spelled_once() {
+        let c = client(false);
+        let s = spec(&[&[KeySource::Header("x-api-key".into()), KeySource::Ip]]);
+        let with = |h: &HeaderMap| keys().key("p", &s, &facts(h, None, &c));
+        // What Python's str.strip() would turn into KEY1: refused, never a fresh key.
+        for raw in [&b"KEY1\xa0"[..], b"KEY1\x85", b"\xa0KEY1", b"KEY\t1", b"K\xc3\xa9Y1"] {
+            let mut h = HeaderMap::new();
+            h.insert("x-api-key", http::HeaderValue::from_bytes(raw).unwrap());
+            assert_eq!(with(&h), Err(KeyRefusal::HeaderValue("x-api-key".into())), "{raw:?}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "KEY1 with spaces".parse().unwrap());
+        assert_eq!(with(&h).unwrap().1, "header");
+        // WSGI reads X_Api_Key as HTTP_X_API_KEY, the same as X-Api-Key: alone or beside it.
+        let mut h = HeaderMap::new();
+        h.insert("x_api_key", "KEY1".parse().unwrap());
+        assert_eq!(with(&h), Err(KeyRefusal::OtherSpelling("x-api-key".into())));
+        h.insert("x-api-key", "KEY2".parse().unwrap());
+        assert_eq!(with(&h), Err(KeyRefusal::OtherSpelling("x-api-key".into())));
+        // Other underscored names are no business of the key.
+        let mut h = HeaderMap::new();
+        h.insert("x_trace", "1".parse().unwrap());
+        assert_eq!(with(&h).unwrap().1, "ip");
+    }
+
+    #[test]
+    fn form_fields_and_account_spellings_share_the_accounts_key() {
+        let h = HeaderMap::new();
+        let c = client(false);
+        let json = spec(&[&[KeySource::Json("/email".into())]]);
+        let form = spec(&[&[KeySource::Form("email".into())]]);
+        let as_json = |t: &str| {
+            KeyedBody::Json(serde_json::from_str(&format!("{{\"email\":{}}}", serde_json::to_string(t).unwrap())).unwrap())
+        };
+        let as_form = |t: &[u8]| KeyedBody::Form(crate::form_body::FormBody::parse(t).unwrap());
+        let victim = key(&json, &facts(&h, Some(&as_json("victim@example.com")), &c)).0;
+        for spelling in ["ｖｉｃｔｉｍ@example.com", "vi\u{308}ctim@example.com", "v\u{131}ctim@example.com", "vic\u{200b}tim@example.com"] {
+            assert_eq!(key(&json, &facts(&h, Some(&as_json(spelling)), &c)).0, victim, "{spelling}");
+        }
+        let by_form = key(&form, &facts(&h, Some(&as_form(b"email=V%C3%8Fctim%40example.com")), &c));
+        assert_eq!(by_form.1, "form");
+        let plain_form = key(&form, &facts(&h, Some(&as_form(b"email=victim%40example.com")), &c));
+        assert_eq!(by_form, plain_form);
+        // A json: part reads nothing from a form body (and the other way round): absent.
+        assert_eq!(key(&json, &facts(&h, Some(&as_form(b"email=victim%40example.com")), &c)).1, "absent");
     }
 }

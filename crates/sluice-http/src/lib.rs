@@ -3,8 +3,13 @@
 //! sluice for any axum or hyper app: the decision pipeline and its parts, with no server in it.
 //! - [`identity`]: the client address behind trusted proxies (`X-Forwarded-For`, `Forwarded`),
 //!   IPv6 grouped by prefix, resolved once per request into a [`identity::Client`];
-//! - [`keys`]: key parts (`ip`, `header:NAME`, `user`, `json:/pointer`, ...) hashed into keys;
-//! - [`body_key`]: which JSON body may be keyed, and which is refused;
+//! - [`keys`]: key parts (`ip`, `header:NAME`, `user`, `json:/pointer`, `form:FIELD`, ...) hashed
+//!   into keys; a keyed header in two lines, two spellings or with bytes beyond printable ASCII
+//!   is refused;
+//! - [`body_key`] and [`form_body`]: which JSON or form body may be keyed, and which is refused
+//!   (a content type the route does not read, a keyed field also in the query, ambiguity);
+//! - [`account`]: account names compared as an accent-, width- and case-insensitive application
+//!   compares them (a Unicode skeleton);
 //! - [`jwt`]: bearer tokens verified (and cached) for `jwt:CLAIM` key parts and plans;
 //! - [`enforce`]: a request's checks against a store, shadow policies apart;
 //! - [`pipeline`]: the one step every face calls — facts → checks → decision → [`pipeline::Action`];
@@ -23,8 +28,10 @@
 //! assert_eq!(id.client_ip("198.51.100.1".parse().unwrap(), &h).to_string(), "198.51.100.1");
 //! ```
 
+pub mod account;
 pub mod body_key;
 pub mod enforce;
+pub mod form_body;
 pub mod headers;
 pub mod identity;
 pub mod jwt;

@@ -117,7 +117,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The 400 that answers it; 401 with `WWW-Authenticate: Bearer error="invalid_token"` for
-    /// an invalid token.
+    /// an invalid token; 415 for a keyed body whose content type the route does not read.
     pub fn answer(&self) -> Answer {
         match self {
             Refusal::Key(KeyRefusal::InvalidToken) => {
@@ -127,6 +127,9 @@ impl Refusal {
                     http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
                 );
                 a
+            }
+            Refusal::Body(why @ BodyRefusal::ContentType) => {
+                Answer::error(why.status(), "unsupported_media_type", &self.to_string())
             }
             _ => Answer::bad_request(&self.to_string()),
         }

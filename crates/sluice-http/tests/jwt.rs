@@ -65,7 +65,7 @@ fn bearer(token: &str) -> http::HeaderMap {
 impl Setup {
     fn key_with(&self, claim: &str, headers: &http::HeaderMap, from: &str) -> Result<(KeyHash, KeyKind), KeyRefusal> {
         let c = client(from);
-        let facts = RequestFacts { method: "GET", path: "/api", route: "api", client: &c, headers, json: None };
+        let facts = RequestFacts { method: "GET", path: "/api", route: "api", client: &c, headers, body: None };
         self.keys.key("p", &spec(claim), &facts)
     }
 
@@ -95,8 +95,11 @@ fn one_sub_is_one_key_from_any_address_with_every_algorithm() {
 
 #[test]
 fn tokens_that_do_not_verify_fall_back_to_the_address_never_to_the_victim() {
-    let cfg =
-        config("issuer = \"https://auth.example\"\naudience = \"api\"\nleeway = \"30s\"", Some(&jwks(&[rs256()])));
+    // With `on_invalid_token = "fallback"` (the explicit loosening; the default refuses them).
+    let cfg = config(
+        "issuer = \"https://auth.example\"\naudience = \"api\"\nleeway = \"30s\"\non_invalid_token = \"fallback\"",
+        Some(&jwks(&[rs256()])),
+    );
     let s = setup(&cfg);
     let good = json!({ "iss": "https://auth.example", "aud": ["other", "api"] });
     let victim = s.key(Some(&rs256().sign(&claims_at(NOW, "victim", good.clone()))), "192.0.2.1");
@@ -151,13 +154,18 @@ fn tokens_that_do_not_verify_fall_back_to_the_address_never_to_the_victim() {
 }
 
 #[test]
-fn a_valid_token_without_the_claim_or_with_two_authorization_lines_is_no_identity() {
-    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}"), None));
-    let token = hs256().sign(&json!({ "exp": NOW + 60, "org": 42 }));
-    assert_eq!(s.key(Some(&token), ADDRESS), s.key(None, ADDRESS), "no sub: the address");
-    let mut two = bearer(&hs256().sign(&claims_at(NOW, "alice", json!({}))));
-    two.append("authorization", format!("Bearer {token}").parse().unwrap());
-    assert_eq!(s.key_with("/sub", &two, ADDRESS).unwrap(), s.key(None, ADDRESS));
+fn a_valid_token_without_the_claim_is_no_identity_and_two_authorization_lines_are_refused() {
+    for mode in ["reject", "fallback"] {
+        let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\non_invalid_token = {mode:?}"), None));
+        let token = hs256().sign(&json!({ "exp": NOW + 60, "org": 42 }));
+        assert_eq!(s.key(Some(&token), ADDRESS), s.key(None, ADDRESS), "no sub: the address");
+        // Which line an application reads is its own choice: 400 whatever the mode.
+        let mut two = bearer(&hs256().sign(&claims_at(NOW, "alice", json!({}))));
+        two.append("authorization", format!("Bearer {token}").parse().unwrap());
+        let err = s.key_with("/sub", &two, ADDRESS).unwrap_err();
+        assert_eq!(err, KeyRefusal::RepeatedHeader("authorization".into()), "{mode}");
+        assert_eq!(Refusal::from(err).answer().status, 400);
+    }
 }
 
 #[test]
@@ -177,7 +185,7 @@ fn numbers_are_keyed_by_value_and_nested_claims_by_pointer() {
 
 #[test]
 fn a_cached_token_still_expires_on_the_clock() {
-    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\nleeway = \"10s\""), None));
+    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\nleeway = \"10s\"\non_invalid_token = \"fallback\""), None));
     let token = hs256().sign(&json!({ "sub": "alice", "exp": NOW + 100, "nbf": NOW + 50 }));
     assert_eq!(s.key(Some(&token), ADDRESS).1, "ip", "not valid before nbf - leeway");
     s.clock.advance(40 * NANOS_PER_SEC);
@@ -191,7 +199,7 @@ fn a_cached_token_still_expires_on_the_clock() {
 
 #[test]
 fn a_flood_of_distinct_forged_tokens_stays_within_the_cache_and_evicts_no_valid_token() {
-    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\ncache_entries = 64"), None));
+    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\ncache_entries = 64\non_invalid_token = \"fallback\""), None));
     let alice = hs256().sign(&claims_at(NOW, "alice", json!({})));
     let alice_key = s.key(Some(&alice), ADDRESS);
     for i in 0..1000 {
@@ -211,7 +219,8 @@ fn a_flood_of_distinct_forged_tokens_stays_within_the_cache_and_evicts_no_valid_
 
 #[test]
 fn reject_mode_refuses_invalid_tokens_with_401_and_lets_anonymous_requests_through() {
-    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\non_invalid_token = \"reject\""), None));
+    // Reject is the default: no `on_invalid_token` line.
+    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}"), None));
     let err = s.key_with("/sub", &bearer(&unsigned(&claims_at(NOW, "victim", json!({})))), ADDRESS).unwrap_err();
     assert_eq!(err, KeyRefusal::InvalidToken);
     let answer = Refusal::from(err).answer();
@@ -223,9 +232,15 @@ fn reject_mode_refuses_invalid_tokens_with_401_and_lets_anonymous_requests_throu
     let mut basic = http::HeaderMap::new();
     basic.insert("authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
     assert_eq!(s.key_with("/sub", &basic, ADDRESS).unwrap().1, "ip");
-    let mut two = bearer(&hs256().sign(&claims_at(NOW, "a", json!({}))));
-    two.append("authorization", "Bearer x.y.z".parse().unwrap());
-    assert_eq!(s.key_with("/sub", &two, ADDRESS), Err(KeyRefusal::InvalidToken));
+    // Spellings of a valid token that lenient stacks accept (PyJWT ignores padding; others
+    // take any run of spaces or a tab): never "no token", which would fall back to the address.
+    let valid = hs256().sign(&claims_at(NOW, "victim", json!({})));
+    assert_eq!(s.key(Some(&valid), ADDRESS).1, "jwt");
+    for line in [format!("Bearer {valid}="), format!("Bearer  {valid}"), format!("Bearer\t{valid}"), format!("bearer {valid}==")] {
+        let mut h = http::HeaderMap::new();
+        h.insert("authorization", line.parse().unwrap());
+        assert_eq!(s.key_with("/sub", &h, ADDRESS), Err(KeyRefusal::InvalidToken), "{line:?}");
+    }
 }
 
 #[test]

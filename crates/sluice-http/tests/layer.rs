@@ -249,8 +249,25 @@ async fn the_layer_keys_on_verified_token_claims_and_ignores_forged_ones() {
     assert_eq!(c.get("/me", &from("198.51.100.1")).await.status, 200);
     assert_eq!(c.get("/me", &from("198.51.100.2")).await.status, 200);
     assert_eq!(c.get("/me", &from("198.51.100.3")).await.status, 429);
-    // A forged token claiming alice is no identity: keyed by its address, never by alice.
+    // A forged token claiming alice is refused (401, the default), never keyed by alice nor
+    // traded for its address's allowance.
     let fake = format!("Bearer {}", forged(&token));
+    let res = c.get("/me", &[("x-forwarded-for", "198.51.100.9"), ("authorization", fake.as_str())]).await;
+    assert_eq!(res.status, 401);
+    // With `on_invalid_token = "fallback"`, it is keyed by its address.
+    let cfg = sluice_config::parse(
+        "l.toml",
+        &format!("[identity.jwt]\nhs256_secret = {HS_SECRET:?}\non_invalid_token = \"fallback\"\n"),
+    )
+    .unwrap();
+    let by_sub = KeySpec { parts: vec![vec![KeySource::Jwt("/sub".into()), KeySource::Ip]] };
+    let layer = RateLimitLayer::builder(store())
+        .limit("per-key", by_sub)
+        .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
+        .jwt(cfg.identity.jwt.clone().unwrap())
+        .build()
+        .unwrap();
+    let c = Client { app: Router::new().route("/me", get(|| async { "me" })).layer(layer) };
     let res = c.get("/me", &[("x-forwarded-for", "198.51.100.9"), ("authorization", fake.as_str())]).await;
     assert_eq!((res.status, res.num("ratelimit-remaining")), (200, 1));
 }

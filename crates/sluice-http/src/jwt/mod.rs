@@ -3,9 +3,12 @@
 //! A request's token is read from one `Authorization: Bearer` line (or the configured header or
 //! cookie, see [`find_token`]), verified once by a [`JwtVerifier`] (signature with a key of the
 //! token's own algorithm, `exp`, `nbf`, `iss`, `aud`), and its verdict cached by the token's
-//! keyed hash. A claim counts only from a token that verifies: with no token, a forged,
-//! expired or misdirected one, a `jwt:` part is absent (so `jwt:sub|ip` falls back to the
-//! address), or the request is refused with 401 when `on_invalid_token = "reject"`.
+//! keyed hash. A claim counts only from a token that verifies. With no token, a `jwt:` part is
+//! absent (so `jwt:sub|ip` falls back to the address); a token that is present but forged,
+//! expired, misdirected or malformed is refused with 401 (`on_invalid_token = "reject"`, the
+//! default: lenient applications may still accept it, and the address's allowance is not its
+//! to take), or treated as absent with `on_invalid_token = "fallback"`; a token header in two
+//! lines is refused with 400.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -24,10 +27,13 @@
 //! let ip = "192.0.2.1".parse().unwrap();
 //! let client = Client { ip, grouped: ip, peer_trusted: false };
 //! let mut headers = http::HeaderMap::new();
-//! // A token that does not verify is no identity: the key falls back to the address.
-//! headers.insert("authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ2aWN0aW0ifQ.bm9wZQ".parse().unwrap());
-//! let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers: &headers, json: None };
+//! // No token: the key falls back to the address.
+//! let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers: &headers, body: None };
 //! assert_eq!(keys.key("p", &spec, &facts).unwrap().1, "ip");
+//! // A token that does not verify is refused (401), never traded for the address's allowance.
+//! headers.insert("authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ2aWN0aW0ifQ.bm9wZQ".parse().unwrap());
+//! let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers: &headers, body: None };
+//! assert!(keys.key("p", &spec, &facts).is_err());
 //! ```
 
 mod cache;

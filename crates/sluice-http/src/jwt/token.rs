@@ -15,6 +15,9 @@ pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 pub enum Found<'a> {
     /// No token (no such header or cookie, or another authentication scheme).
     Absent,
+    /// The token header came in several lines: which one an application reads is its own
+    /// choice, so no line is read (answered 400, like any repeated keyed header).
+    Repeated,
     /// Something that cannot be one token: several lines or cookies, a bearer credential that
     /// is not a compact JWS, one too long.
     Malformed,
@@ -33,7 +36,7 @@ pub enum Found<'a> {
 /// h.insert("authorization", "Bearer a.b.c".parse().unwrap());
 /// assert_eq!(find_token(&h, &auth), Found::Token("a.b.c"));
 /// h.append("authorization", "Bearer d.e.f".parse().unwrap());
-/// assert_eq!(find_token(&h, &auth), Found::Malformed, "two lines: never pick one");
+/// assert_eq!(find_token(&h, &auth), Found::Repeated, "two lines: never pick one");
 /// let cookie = TokenSource::Cookie("session".into());
 /// let mut h = http::HeaderMap::new();
 /// h.insert("cookie", "theme=dark; session=a.b.c".parse().unwrap());
@@ -45,7 +48,7 @@ pub fn find_token<'a>(headers: &'a HeaderMap, source: &TokenSource) -> Found<'a>
             let mut lines = headers.get_all(name.as_str()).iter();
             match (lines.next(), lines.next()) {
                 (None, _) => Found::Absent,
-                (Some(_), Some(_)) => Found::Malformed,
+                (Some(_), Some(_)) => Found::Repeated,
                 (Some(line), None) => bearer(line.as_bytes()),
             }
         }
@@ -69,16 +72,20 @@ pub fn find_token<'a>(headers: &'a HeaderMap, source: &TokenSource) -> Found<'a>
     }
 }
 
-/// A credential line: `Bearer` (any case), one space, the token. Another scheme is no token.
+/// A credential line: `Bearer` (any case), one space, the token. Another scheme is no token;
+/// a `Bearer` line in any other shape (a tab or two spaces after the scheme, padding, a
+/// missing token) is malformed: lenient applications still read a token from it, so it is
+/// never taken for "no token".
 fn bearer(line: &[u8]) -> Found<'_> {
-    let Some(space) = line.iter().position(|&b| b == b' ') else {
-        return if line.eq_ignore_ascii_case(b"bearer") || line.is_empty() { Found::Malformed } else { Found::Absent };
-    };
-    let (scheme, rest) = (&line[..space], &line[space + 1..]);
+    let end = line.iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(line.len());
+    let (scheme, rest) = line.split_at(end);
     if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return Found::Absent;
+        return if line.is_empty() { Found::Malformed } else { Found::Absent };
     }
-    compact(rest)
+    match rest.strip_prefix(b" ") {
+        Some(token) => compact(token),
+        None => Found::Malformed,
+    }
 }
 
 /// `rest` if it has the form of a compact JWS: three base64url segments, two dots.
@@ -112,19 +119,29 @@ mod tests {
         let find = |lines: &[&[u8]]| match find_token(&auth(lines), &src) {
             Found::Token(t) => Found::Token(if t == "x.y.z" { "x.y.z" } else { "another token" }),
             Found::Absent => Found::Absent,
+            Found::Repeated => Found::Repeated,
             Found::Malformed => Found::Malformed,
         };
         assert_eq!(find(&[b"bearer x.y.z"]), Found::Token("x.y.z"));
         assert_eq!(find(&[b"BEARER x.y.z"]), Found::Token("x.y.z"));
         assert_eq!(find(&[b"Basic dXNlcjpwdw=="]), Found::Absent);
-        for bad in
-            [&b"Bearer"[..], b"Bearer ", b"Bearer  x.y.z", b"Bearer x.y", b"Bearer x.y.z.w", b"Bearer x.y.z=", b""]
-        {
+        for bad in [
+            &b"Bearer"[..],
+            b"Bearer ",
+            b"Bearer  x.y.z",
+            b"Bearer\tx.y.z",
+            b"bearer \tx.y.z",
+            b"Bearer x.y",
+            b"Bearer x.y.z.w",
+            b"Bearer x.y.z=",
+            b"",
+        ] {
             assert_eq!(find(&[bad]), Found::Malformed, "{:?}", String::from_utf8_lossy(bad));
         }
         let long = format!("Bearer a.b.{}", "c".repeat(MAX_TOKEN_BYTES));
         assert_eq!(find(&[long.as_bytes()]), Found::Malformed);
-        assert_eq!(find(&[b"Bearer a.b.c", b"Bearer a.b.c"]), Found::Malformed, "even the same token twice");
+        assert_eq!(find(&[b"Bearer a.b.c", b"Bearer a.b.c"]), Found::Repeated, "even the same token twice");
+        assert_eq!(find(&[b"Basic dXNlcjpwdw==", b"Bearer x.y.z"]), Found::Repeated);
     }
 
     #[test]

@@ -19,6 +19,8 @@ use super::token::{Found, find_token};
 pub enum Verdict {
     /// The request carries no token.
     Absent,
+    /// The token header came in several lines (see [`Found::Repeated`]).
+    Repeated,
     /// It carries one that does not verify now (malformed, bad signature, wrong algorithm,
     /// expired or not yet valid, another issuer or audience).
     Invalid,
@@ -173,6 +175,7 @@ impl JwtVerifier {
     pub fn verdict(&self, headers: &HeaderMap) -> Verdict {
         let token = match find_token(headers, &self.token) {
             Found::Absent => return Verdict::Absent,
+            Found::Repeated => return Verdict::Repeated,
             Found::Malformed => return Verdict::Invalid,
             Found::Token(t) => t,
         };
@@ -268,6 +271,14 @@ impl JwtVerifier {
         let Verdict::Valid(v) = verdict else { return None };
         let i = self.pointers.iter().position(|p| p == pointer)?;
         v.claims.get(i)?.as_deref()
+    }
+
+    /// The header the token is read from, if it is read from a header.
+    pub fn token_header(&self) -> Option<&str> {
+        match &self.token {
+            TokenSource::Header(h) => Some(h),
+            TokenSource::Cookie(_) => None,
+        }
     }
 
     /// Tokens remembered now: (valid, invalid).

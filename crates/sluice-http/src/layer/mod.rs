@@ -314,7 +314,7 @@ where
                 route: &path,
                 client: &client,
                 headers: req.headers(),
-                json: None,
+                body: None,
             };
             limiter.checks(&shared.limits, &facts)
         });

@@ -185,7 +185,7 @@ impl Judge for ConfigJudge {
         }
         let client = self.limiter.client(r.peer, &self.map);
         let facts =
-            RequestFacts { method, path: &path, route: &route.name, client: &client, headers: &self.map, json: None };
+            RequestFacts { method, path: &path, route: &route.name, client: &client, headers: &self.map, body: None };
         // A log carries one value per header: a keyed header cannot be repeated here.
         let Ok(checks) = self.limiter.checks(&route.limits, &facts) else { return Judgement::Refused };
         let ruling = block_on(self.limiter.decide(checks), &self.waker);
