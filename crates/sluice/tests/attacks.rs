@@ -84,7 +84,7 @@ fn numbers_are_one_account_whatever_their_spelling() {
         "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/transfer\"\nlimits = [{{ policy = \"per-account\", key = \"json:/account\" }}]\n"
     );
     let gw = gateway(&dir, &up, "", &rest);
-    let post = |body: &str| request("POST", "/api/transfer", &[], body.as_bytes());
+    let post = |body: &str| request("POST", "/api/transfer", &[("Content-Type", b"application/json")], body.as_bytes());
     assert_eq!(send(addr(&gw), &post(r#"{"account":1}"#)).status, 200);
     for spelling in ["1.0", "1e0", "10e-1", "\"1\""] {
         let res = send(addr(&gw), &post(&format!(r#"{{"account":{spelling}}}"#)));
@@ -100,8 +100,8 @@ fn the_email_key_part_folds_plus_tags_when_asked() {
         "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/password-reset\"\nlimits = [{{ policy = \"per-account\", key = \"email(json:/email)\" }}]\n"
     );
     let gw = gateway(&dir, &up, "", &rest);
-    let post =
-        |email: &str| request("POST", "/api/password-reset", &[], format!(r#"{{"email":"{email}"}}"#).as_bytes());
+    let json: &[(&str, &[u8])] = &[("Content-Type", b"application/json")];
+    let post = |email: &str| request("POST", "/api/password-reset", json, format!(r#"{{"email":"{email}"}}"#).as_bytes());
     assert_eq!(send(addr(&gw), &post("victim@example.com")).status, 200);
     for alias in ["victim+1@example.com", " Victim+reset@Example.COM", "VICTIM@example.com"] {
         assert_eq!(send(addr(&gw), &post(alias)).status, 429, "{alias}");
@@ -416,8 +416,9 @@ fn honest_requests_still_pass() {
     let rest = "[[policy]]\nname = \"p\"\nalgorithm = \"token-bucket\"\ncapacity = 10\nrefill_per_second = 1\n\
                 [[route]]\npath = \"/api/password-reset\"\nlimits = [{ policy = \"p\", key = \"json:/email\" }]\n";
     let gw = gateway(&dir, &up, "", rest);
-    let res =
-        http(addr(&gw), "POST", "/api/password-reset?from=mail", br#"{"email":"a@example.com","extra":{"x":[1,2]}}"#);
+    let body = br#"{"email":"a@example.com","extra":{"x":[1,2]}}"#;
+    let json: &[(&str, &[u8])] = &[("Content-Type", b"application/json")];
+    let res = send(addr(&gw), &request("POST", "/api/password-reset?from=mail", json, body));
     assert_eq!(res.status, 200);
     let res = send(
         addr(&gw),

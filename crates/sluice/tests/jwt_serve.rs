@@ -94,8 +94,11 @@ fn free_callers_get_429_after_their_quota_and_pro_callers_keep_getting_200() {
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(r.header("ratelimit-policy").unwrap().contains("\"search-pro\";q=100"));
     }
-    // A pro token with a forged signature is anonymous: the address's one request, then 429.
-    assert_eq!(get(served.port, "/api/search", Some(&forged(&pro))).status, 200);
+    // A pro token with a forged signature is refused (401: the example keeps the default
+    // `on_invalid_token = "reject"`), and spends nothing: the address still has its one
+    // anonymous request, then 429.
+    assert_eq!(get(served.port, "/api/search", Some(&forged(&pro))).status, 401);
+    assert_eq!(get(served.port, "/api/search", None).status, 200);
     assert_eq!(get(served.port, "/api/search", None).status, 429);
     assert_eq!(get(served.port, "/api/search", Some(&pro)).status, 200, "the real pro caller is untouched");
 }

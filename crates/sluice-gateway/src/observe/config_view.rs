@@ -30,6 +30,7 @@ pub fn config_json(c: &Config) -> Value {
             "max_in_flight": s.max_in_flight,
             "user_header": s.user_header,
             "max_body_bytes": s.max_body_bytes,
+            "underscore_headers": s.underscore_headers.name(),
             "key_secret": s.key_secret.as_ref().map(|_| REDACTED),
         },
         "decision_api": {
@@ -47,6 +48,7 @@ pub fn config_json(c: &Config) -> Value {
             "name": r.name,
             "path": r.path.to_string(),
             "methods": r.methods,
+            "loosen": r.loosen.names(),
             "limits": r.limits.iter().map(|l| {
                 let mut v = json!({
                     "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),
