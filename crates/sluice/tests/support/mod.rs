@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod app;
 pub mod raw;
 
 use std::io::{BufRead, BufReader};
