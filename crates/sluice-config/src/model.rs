@@ -178,6 +178,13 @@ pub struct Server {
     pub on_deny: OnDeny,
     /// Requests in flight beyond which new ones are shed with 503.
     pub max_in_flight: usize,
+    /// Requests in flight at once for one client (as resolved: behind trusted proxies, IPv6 by
+    /// prefix), from its head until its response ends, whatever the route (429 beyond): one
+    /// client cannot fill `max_in_flight`. By default a tenth of `max_in_flight`, so that at
+    /// least ten clients are needed to fill it, but not below 64 (or `max_in_flight` when that
+    /// is smaller), so that a few dozen people behind one address (an office, a carrier's NAT,
+    /// browsers opening six connections each) are not held to a handful on a small gateway.
+    pub max_in_flight_per_client: usize,
     /// Header carrying an authenticated user id, believed only from trusted proxies.
     pub user_header: Option<String>,
     /// Most bytes of a body read to find a `json:` key part.

@@ -35,6 +35,7 @@ pub(crate) struct RawServer {
     pub deny_status: Option<u16>,
     pub on_deny: Option<String>,
     pub max_in_flight: Option<usize>,
+    pub max_in_flight_per_client: Option<usize>,
     pub user_header: Option<String>,
     pub max_body_bytes: Option<usize>,
     pub body_timeout: Option<String>,

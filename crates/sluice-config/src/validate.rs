@@ -162,6 +162,11 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
     if max_in_flight == 0 {
         return Err(err("max_in_flight", "must be at least 1".into()));
     }
+    let max_in_flight_per_client =
+        s.max_in_flight_per_client.unwrap_or_else(|| default_in_flight_per_client(max_in_flight));
+    if max_in_flight_per_client == 0 {
+        return Err(err("max_in_flight_per_client", "must be at least 1".into()));
+    }
     let user_header = s.user_header.map(|h| h.to_ascii_lowercase());
     let max_body_bytes = s.max_body_bytes.unwrap_or(64 * 1024);
     let duration = |field: &str, text: Option<&str>, default: &str| -> Result<Nanos, ConfigError> {
@@ -193,6 +198,7 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
         deny_status,
         on_deny,
         max_in_flight,
+        max_in_flight_per_client,
         user_header,
         max_body_bytes,
         body_timeout,
@@ -202,6 +208,12 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
         key_secret,
     };
     Ok((server, s.decision_api))
+}
+
+/// `server.max_in_flight_per_client` when it is not set: a tenth of `max_in_flight`, not below
+/// 64 nor above `max_in_flight` (see [`Server::max_in_flight_per_client`]).
+fn default_in_flight_per_client(max_in_flight: usize) -> usize {
+    (max_in_flight / 10).max(max_in_flight.min(64))
 }
 
 fn decision_api(

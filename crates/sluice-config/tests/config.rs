@@ -101,6 +101,20 @@ fn errors_name_file_line_and_field() {
 }
 
 #[test]
+fn requests_in_flight_per_client_default_to_a_tenth_of_the_total_within_bounds() {
+    let per_client = |server: &str| parse("s.toml", server).unwrap().server.max_in_flight_per_client;
+    // A tenth of the default 10 000: ten clients are needed to fill the gateway.
+    assert_eq!(per_client(""), 1_000);
+    assert_eq!(per_client("[server]\nmax_in_flight = 5000\n"), 500);
+    // Not below 64 (a few dozen people behind one address), nor above the total.
+    assert_eq!(per_client("[server]\nmax_in_flight = 200\n"), 64);
+    assert_eq!(per_client("[server]\nmax_in_flight = 20\n"), 20);
+    assert_eq!(per_client("[server]\nmax_in_flight = 20\nmax_in_flight_per_client = 5\n"), 5);
+    let e = error_of("[server]\nmax_in_flight = 20\nmax_in_flight_per_client = 0\n");
+    assert!(e.starts_with("bad.toml:3: server.max_in_flight_per_client: must be at least 1"), "{e}");
+}
+
+#[test]
 fn duplicate_policy_names_and_user_without_header_are_refused() {
     let two = "[[policy]]\nname = \"a\"\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1s\"\n";
     let e = error_of(&format!("{two}{two}"));

@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use crate::body::ReplayBody;
+use crate::client_slots::Slot;
 use crate::h1::body_decoder::Decoder;
 use crate::h1::connection::{Connection, ExchangeError};
 use crate::h1::request_head;
@@ -128,8 +129,10 @@ impl ConnPool {
     /// The response of `head`, its body read from `raw` (given back at the body's end).
     fn raw_response(self: &Arc<Self>, head: Head, raw: RawConn) -> Response<PooledBody> {
         let decoder = Decoder::new(head.framing);
-        let mut body =
-            PooledBody { inner: Inner::Raw { back: Some((Arc::clone(self), raw)), decoder, reusable: head.reusable } };
+        let mut body = PooledBody {
+            inner: Inner::Raw { back: Some((Arc::clone(self), raw)), decoder, reusable: head.reusable },
+            held: None,
+        };
         if body.is_end_stream() {
             body.give_back();
         }
@@ -249,7 +252,7 @@ impl ConnPool {
 
     fn pooled(self: &Arc<Self>, res: Response<Incoming>, conn: Conn) -> Response<PooledBody> {
         let (parts, body) = res.into_parts();
-        let mut pooled = PooledBody { inner: Inner::Hyper { body, back: Some((Arc::clone(self), conn)) } };
+        let mut pooled = PooledBody { inner: Inner::Hyper { body, back: Some((Arc::clone(self), conn)) }, held: None };
         if pooled.is_end_stream() {
             pooled.give_back();
         }
@@ -261,6 +264,9 @@ impl ConnPool {
 #[derive(Debug)]
 pub struct PooledBody {
     inner: Inner,
+    /// The request's slot in flight ([`PooledBody::hold`]): a request counts until its
+    /// response's body is done with (sent whole, or dropped with the client's connection).
+    held: Option<Slot>,
 }
 
 /// The two kinds of connection a body is read from.
@@ -288,6 +294,11 @@ enum Inner {
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl PooledBody {
+    /// Keeps `slot` (a request in flight) until this body is dropped.
+    pub fn hold(&mut self, slot: Slot) {
+        self.held = Some(slot);
+    }
+
     fn give_back(&mut self) {
         match &mut self.inner {
             Inner::Hyper { back, .. } => {

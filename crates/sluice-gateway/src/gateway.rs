@@ -3,23 +3,24 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
+use http_body_util::Either;
 use hyper::body::Incoming;
 use sluice_config::{Config, KeySource, OnDeny, PlanChoice, Route, TokenSource};
 use sluice_http::body_key::{BodyKind, BodyRefusal, KeyedBody, body_kind, keyable_body, needs_body};
+use sluice_http::headers::write_denial_headers;
 use sluice_http::identity::Client;
 use sluice_http::keys::RequestFacts;
 use sluice_http::pipeline::{Action, Limiter, Refusal, route_path};
 use sluice_http::response::Answer;
 use sluice_store::{KeyHasher, Store};
 
-use crate::body::{ReadError, ReplayBody, read_prefix};
-use crate::body_reads::BodyReads;
+use crate::body::{BodyWatch, ClientBodyError, ReplayBody, read_prefix};
+use crate::client_slots::ClientSlots;
 use crate::decision_api;
 use crate::error::GatewayError;
 use crate::forward_auth;
@@ -41,7 +42,9 @@ pub struct Loaded {
     /// How the upstream is told who the client is (identity headers from untrusted peers go).
     forwarding: Forwarding,
     /// Body reads in progress per client, capped.
-    body_reads: Arc<BodyReads>,
+    body_reads: Arc<ClientSlots>,
+    /// Every request body's idle timeout, and the counters of bodies cut.
+    body_watch: BodyWatch,
     /// Whether `POST /v1/check` is served (by default only when there is no upstream).
     decision_api: bool,
     /// Metric handles and decision log policy resolved for this configuration.
@@ -82,9 +85,10 @@ impl Loaded {
             TokenSource::Cookie(_) => None,
         });
         let forwarding = forwarding.with_underscores(s.underscore_headers, keyed.chain(token));
-        let body_reads = Arc::new(BodyReads::new(s.max_body_reads_per_client));
+        let body_reads = Arc::new(ClientSlots::new());
+        let body_watch = BodyWatch::new(Duration::from_nanos(s.body_idle_timeout), Arc::clone(observed.body_errors()));
         forward_auth::warn_undecidable(&config);
-        Ok(Self { limiter, upstream, forwarding, body_reads, decision_api, config, observed })
+        Ok(Self { limiter, upstream, forwarding, body_reads, body_watch, decision_api, config, observed })
     }
 
     /// The store in use.
@@ -102,8 +106,9 @@ pub struct Gateway {
     stores: Box<dyn StoreBuilder>,
     /// The key hash, fixed for the process: a reload must not move every client to a new key.
     hasher: KeyHasher,
-    /// Requests being handled now, for `max_in_flight` and the metrics.
-    in_flight: AtomicUsize,
+    /// Requests being handled now, in all (`max_in_flight`, the metrics) and per client
+    /// (`max_in_flight_per_client`); kept across reloads, like the requests.
+    in_flight: Arc<ClientSlots>,
     /// Metric families and decision log sources, kept across reloads.
     observer: Arc<Observer>,
 }
@@ -127,7 +132,8 @@ impl Gateway {
         };
         let store = stores.build(&config, None)?;
         let loaded = Loaded::new(config, store, hasher.clone(), &observer)?;
-        Ok(Self { current: ArcSwap::from_pointee(loaded), stores, hasher, in_flight: AtomicUsize::new(0), observer })
+        let in_flight = Arc::new(ClientSlots::new());
+        Ok(Self { current: ArcSwap::from_pointee(loaded), stores, hasher, in_flight, observer })
     }
 
     /// Replaces the configuration. A configuration whose store cannot be built is refused and
@@ -176,15 +182,16 @@ impl Gateway {
         &self.observer
     }
 
-    /// Requests being handled now.
+    /// Requests being handled now (until their responses end).
     pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
+        self.in_flight.total()
     }
 
     async fn route(
         &self,
         loaded: &Loaded,
         peer: SocketAddr,
+        client: Client,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Dropped> {
         if loaded.decision_api && req.uri().path() == decision_api::PATH {
@@ -202,8 +209,9 @@ impl Gateway {
             let (limiter, observed, config) = (&loaded.limiter, &loaded.observed, &loaded.config);
             return Ok(forward_auth::handle(limiter, observed, config, peer.ip(), req.headers()).await);
         }
-        let client = loaded.limiter.client(peer.ip(), req.headers());
         let (parts, body) = req.into_parts();
+        // Every body is cut when it stalls, read for keys or streamed upstream.
+        let body = loaded.body_watch.watch(body);
         // Routes match, and the `path` key part reads, the normalised path: spellings of one
         // resource share one route and one key; a path upstreams read differently is refused,
         // never forwarded unlimited. Normalised once per request (borrowed when already normal).
@@ -301,7 +309,7 @@ async fn read_keyed_body(
     body: ReplayBody,
 ) -> Result<(Option<KeyedBody>, ReplayBody), Answer> {
     let s = &loaded.config.server;
-    let Some(_reading) = loaded.body_reads.start(client.grouped) else {
+    let Some(_reading) = loaded.body_reads.start(client.grouped, s.max_body_reads_per_client) else {
         return Err(Answer::error(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_uploads",
@@ -311,42 +319,54 @@ async fn read_keyed_body(
     let Some(incoming) = body.into_untouched() else {
         return Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string()));
     };
-    let slow = || {
-        let mut a = Answer::error(StatusCode::REQUEST_TIMEOUT, "request_timeout", "The request body came too slowly.");
-        // The client may send it again, faster; nothing was admitted.
-        a.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-        a
-    };
-    let read = read_prefix(incoming, s.max_body_bytes, Duration::from_nanos(s.body_idle_timeout));
+    let read = read_prefix(incoming, s.max_body_bytes);
     match tokio::time::timeout(Duration::from_nanos(s.body_timeout), read).await {
         Ok(Ok(prefix)) => match keyable_body(&route.limits, kind, &prefix.bytes, prefix.complete) {
             Ok(keyed) => Ok((keyed, prefix.body)),
             Err(why) => Err(Refusal::from(why).answer()),
         },
-        Ok(Err(ReadError::Idle)) | Err(_) => Err(slow()),
-        Ok(Err(ReadError::Body(_))) => Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
+        Ok(Err(cut)) => Err(cut.answer()),
+        // The whole body did not come within `body_timeout`: too slow, like a stall.
+        Err(_) => Err(ClientBodyError::Stalled.answer()),
     }
 }
 
-/// Guard that counts a request in flight.
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
+/// The answer to a request whose client already has `max_in_flight_per_client` in flight: 429
+/// rather than 503, since it is this client's doing and not the server's state (a 503 would tell
+/// a load balancer in front that the instance is failing); `Retry-After: 1`, as a shed request.
+fn too_many_in_flight() -> Answer {
+    let mut a = Answer::error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_in_flight",
+        "Too many requests from this address are in progress at once; retry when one has ended.",
+    );
+    write_denial_headers(&mut a.headers, 1);
+    a
 }
 
 impl Handler for Gateway {
     async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
         let loaded = self.current.load_full();
-        let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _guard = InFlight(&self.in_flight);
-        if before >= loaded.config.server.max_in_flight {
+        // Counted from here until the response ends (its body holds the slot).
+        let (mut slot, before) = self.in_flight.enter();
+        let s = &loaded.config.server;
+        if before >= s.max_in_flight {
             tracing::debug!(target: "sluice::shed", in_flight = before, "shed");
             loaded.observed.shed();
             return Ok(respond::answer(Answer::overloaded()));
         }
-        self.route(&loaded, peer, req).await
+        // Who sent it, once: the per-client count and the limits read the same client. Refused
+        // before any limit is decided, so nothing is charged.
+        let client = loaded.limiter.client(peer.ip(), req.headers());
+        if !self.in_flight.claim(&mut slot, client.grouped, s.max_in_flight_per_client) {
+            tracing::debug!(target: "sluice::shed", "shed: the client's requests in flight");
+            loaded.observed.shed_per_client();
+            return Ok(respond::answer(too_many_in_flight()));
+        }
+        let mut res = self.route(&loaded, peer, client, req).await?;
+        if let Either::Right(body) = res.body_mut() {
+            body.hold(slot);
+        }
+        Ok(res)
     }
 }

@@ -7,7 +7,8 @@
 //! - [`forward_auth`]: `[forward_auth]`, for proxies that ask before they forward (Caddy,
 //!   Traefik, nginx `auth_request`), deciding by the same [`routes`] as the gateway;
 //! - [`seed`]: the default service of `sluice serve` without a config;
-//! - [`proxy`] and [`body`]: the pooled upstream client and replayable request bodies;
+//! - [`proxy`] and [`body`]: the pooled upstream client and replayable request bodies, cut when
+//!   they stall or break; [`client_slots`]: requests and body reads in progress per client;
 //! - [`serve`]: accept loops (one runtime per core), graceful shutdown, signals;
 //! - [`timer`]: timeouts that reuse one timer entry per connection;
 //! - [`stores`]: the store a configuration asks for (memory or Redis), kept across reloads;
@@ -35,7 +36,7 @@
 
 pub mod admin;
 pub mod body;
-pub mod body_reads;
+pub mod client_slots;
 pub mod conn_pool;
 pub mod decision_api;
 pub mod error;

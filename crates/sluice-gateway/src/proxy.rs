@@ -12,7 +12,7 @@ use http_body_util::Either;
 use sluice_config::{ForwardedHeader, UnderscoreHeaders};
 use sluice_http::identity::Client;
 
-use crate::body::ReplayBody;
+use crate::body::{ClientBodyError, ReplayBody};
 use crate::conn_pool::{ConnPool, SendError};
 use crate::error::GatewayError;
 use crate::respond::{self, Body};
@@ -92,7 +92,9 @@ impl Upstream {
     }
 
     /// Sends `req` (its body streamed) and returns the upstream's response (streamed), or a
-    /// 502/504 JSON answer when the upstream is down or slow.
+    /// 502/504 JSON answer when the upstream is down or slow. A request body the client broke or
+    /// let stall is answered 400 or 408 (see [`ClientBodyError`]): the upstream request was
+    /// aborted and its connection closed, never reused, whatever part of the body it received.
     pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
         // Origin form (`/path?query`): the connection is the upstream's already. A target in
@@ -141,7 +143,10 @@ impl Upstream {
             Err(SendError::Timeout) => {
                 respond::error(504, "gateway_timeout", "The upstream service did not answer in time.")
             }
-            Err(_) => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
+            Err(e) => match ClientBodyError::cause_of(&e) {
+                Some(cut) => respond::answer(cut.answer()),
+                None => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
+            },
         }
     }
 }

@@ -275,6 +275,186 @@ fn slow_bodies_from_one_client_cannot_hold_the_gateway() {
     assert_eq!(up.count(), 1, "only the unrelated request reached the upstream");
 }
 
+/// A gateway in front of `up`, behind the trusted proxy 127.0.0.1, with `server` lines, `rest`
+/// (policies and routes: unrouted requests are proxied unlimited) and an admin listener
+/// (returned); requests wait for the upstream far longer than a test runs.
+fn open_gateway(dir: &TempDir, up: &Recorder, server: &str, rest: &str) -> (Serve, SocketAddr) {
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ntrusted_proxies = [\"127.0.0.1/32\"]\n{server}\n\n\
+         [upstream]\nurl = \"http://{}\"\ntimeout_ms = 600000\n\n[admin]\nlisten = \"{admin}\"\n\n{rest}",
+        up.addr
+    );
+    (Serve::gateway(&dir.write("gateway.toml", &toml)), admin)
+}
+
+/// Opens a connection for the client `xff` (behind the trusted proxy) that sends the head of a
+/// 1 MiB upload to `path` and its first bytes, then holds.
+fn upload_head(gw: SocketAddr, path: &str, xff: &str) -> TcpStream {
+    let mut s = TcpStream::connect(gw).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {xff}\r\nContent-Length: 1048576\r\nConnection: close\r\n\r\nfirst bytes"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s
+}
+
+/// True when the server has written something back on `s` (without reading it).
+fn answered(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let peeked = s.peek(&mut [0; 1]);
+    s.set_nonblocking(false).unwrap();
+    matches!(peeked, Ok(n) if n > 0)
+}
+
+/// A metric's value in the admin listener's scrape (`name` with its labels, as written).
+fn metric(admin: SocketAddr, name: &str) -> Option<f64> {
+    let text = http(admin, "GET", "/metrics", b"").text();
+    let line = text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))?;
+    line[name.len()..].trim().parse().ok()
+}
+
+/// Waits (at most [`WAIT`]) until the admin listener reports `name` at `want`.
+fn wait_metric(admin: SocketAddr, name: &str, want: f64) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while metric(admin, name) != Some(want) {
+        assert!(std::time::Instant::now() < deadline, "{name} never reached {want}: {:?}", metric(admin, name));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn one_client_trickling_uploads_cannot_fill_max_in_flight() {
+    let (dir, up) = (TempDir::new("per-client"), Recorder::start());
+    let (gw, admin) = open_gateway(&dir, &up, "max_in_flight = 20\nmax_in_flight_per_client = 5", "");
+    // 25 uploads from one client to an unrouted path, each trickling (1 MiB announced, a few
+    // bytes sent). Each is either being forwarded (the upstream receives its body) or answered.
+    let (mut held, mut refused) = (Vec::new(), Vec::new());
+    for i in 0..25 {
+        let receiving = up.receiving().len();
+        let s = upload_head(addr(&gw), "/upload", "198.51.100.1");
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if up.receiving().len() > receiving {
+                held.push(s);
+                break;
+            }
+            if answered(&s) {
+                refused.push(s);
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "upload {i} was neither forwarded nor answered");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // Before: 20 uploads held every slot of max_in_flight and every other client got 503 until
+    // they ended. Now another client is served, with and without a body ...
+    let other = [("X-Forwarded-For", b"198.51.100.2".as_slice())];
+    assert_eq!(send(addr(&gw), &request("GET", "/items", &other, b"")).status, 200);
+    assert_eq!(send(addr(&gw), &request("POST", "/items", &other, b"{\"x\":1}")).status, 200);
+    // ... because that client holds 5 at most; the rest were told to come back, not shed.
+    assert_eq!((held.len(), refused.len()), (5, 20));
+    for s in refused {
+        let res = read_all(s);
+        assert_eq!((res.status, res.json()["error"].as_str()), (429, Some("too_many_in_flight")));
+        assert_eq!(res.header("retry-after"), Some("1"));
+    }
+    assert_eq!(metric(admin, "sluice_shed_per_client_total"), Some(20.0));
+    assert_eq!(metric(admin, "sluice_shed_total"), Some(0.0));
+    assert_eq!(metric(admin, "sluice_in_flight"), Some(5.0));
+    // Its uploads count until they end: closed by the client here, cut upstream too.
+    drop(held);
+    wait_metric(admin, "sluice_in_flight", 0.0);
+    up.wait_for("the five uploads cut", |log| (log.cut.len() == 5).then_some(()));
+    assert_eq!(metric(admin, "sluice_request_body_errors_total{reason=\"incomplete\"}"), Some(5.0));
+    let mine = [("X-Forwarded-For", b"198.51.100.1".as_slice())];
+    assert_eq!(send(addr(&gw), &request("POST", "/upload", &mine, b"small")).status, 200);
+}
+
+#[test]
+fn a_streamed_body_that_stalls_is_cut_and_answered_408() {
+    let (dir, up) = (TempDir::new("stall"), Recorder::start());
+    let (gw, admin) = open_gateway(&dir, &up, "body_idle_timeout = \"1s\"", "");
+    // An unrouted upload (streamed to the upstream, never read for a key) whose client stops.
+    let s = upload_head(addr(&gw), "/upload", "198.51.100.1");
+    let conn = up.wait_for("the upload's first bytes", |log| {
+        log.receiving.values().find(|r| r.body == b"first bytes").map(|r| r.conn)
+    });
+    // Before: it held its slot until the upstream's timeout, then 504 (an upstream error).
+    let res = read_all(s);
+    assert_eq!((res.status, res.json()["error"].as_str()), (408, Some("request_timeout")));
+    assert_eq!(res.header("connection"), Some("close"));
+    // The upstream request was aborted, its connection closed and never used again.
+    up.wait_for("the upload cut", |log| log.cut.iter().any(|r| r.conn == conn).then_some(()));
+    assert_eq!(send(addr(&gw), &request("POST", "/upload", &[], b"whole")).status, 200);
+    assert_ne!(up.requests().last().map(|r| r.conn), Some(conn));
+    assert_eq!(metric(admin, "sluice_request_body_errors_total{reason=\"stalled\"}"), Some(1.0));
+}
+
+#[test]
+fn a_malformed_chunked_body_is_the_clients_error_and_its_upstream_connection_is_closed() {
+    let (dir, up) = (TempDir::new("malformed"), Recorder::start());
+    let keyed = "[[policy]]\nname = \"p\"\nalgorithm = \"token-bucket\"\ncapacity = 100\nrefill_per_second = 1\n\
+                 [[route]]\npath = \"/api/password-reset\"\nlimits = [{ policy = \"p\", key = \"json:/email\" }]\n";
+    let (gw, admin) = open_gateway(&dir, &up, "max_body_bytes = 16", keyed);
+    let broken: [(&str, &[u8]); 3] = [
+        ("a bad chunk-size line", b"zz\r\nworld\r\n0\r\n\r\n"),
+        ("a quoted chunk extension holding CRLF", b"5;name=\"a\r\nb\"\r\nworld\r\n0\r\n\r\n"),
+        ("a bare LF ending a chunk-size line", b"5\nworld\r\n0\r\n\r\n"),
+    ];
+    for (i, (form, rest)) in broken.into_iter().enumerate() {
+        let mut s = TcpStream::connect(addr(&gw)).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n")
+            .unwrap();
+        // The first chunk is streamed to the upstream before the broken part comes.
+        let conn = up.wait_for("the first chunk", |log| {
+            log.receiving.values().find(|r| r.body.starts_with(b"hello")).map(|r| r.conn)
+        });
+        s.write_all(rest).unwrap();
+        // Before: 502, an upstream error. Now: the client's error.
+        let res = read_all(s);
+        assert_eq!((res.status, res.json()["error"].as_str()), (400, Some("bad_request")), "{form}");
+        // The upstream connection that received part of it is closed, not kept for reuse ...
+        up.wait_for("the partial request cut", |log| log.cut.iter().any(|r| r.conn == conn).then_some(()));
+        // ... so the next requests, with a body and without, come on other connections.
+        assert_eq!(send(addr(&gw), &request("POST", "/upload", &[], b"whole")).status, 200, "{form}");
+        assert_eq!(send(addr(&gw), &request("GET", "/next", &[], b"")).status, 200, "{form}");
+        let seen = up.requests();
+        assert_eq!(seen.len(), 2 * (i + 1), "{form}: nothing of the broken request was taken as whole");
+        assert!(seen[2 * i..].iter().all(|r| r.conn != conn), "{form}: a request reused the cut connection {conn}");
+    }
+    // A route that reads the body for a key: broken inside what is read, refused before anything
+    // reaches the upstream (as before); broken after it (a body larger than max_body_bytes, the
+    // rest streamed), the same as an unrouted one (before: 502).
+    let keyed = |body: &[u8]| {
+        let mut s = TcpStream::connect(addr(&gw)).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.write_all(
+            b"POST /api/password-reset HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        s.write_all(body).unwrap();
+        s
+    };
+    let res = read_all(keyed(b"5\r\n{\"a\":\r\nzz\r\n1}\r\n0\r\n\r\n"));
+    assert_eq!((res.status, res.json()["error"].as_str()), (400, Some("bad_request")));
+    let reached = |log: &support::raw::Log| {
+        log.done.iter().chain(&log.cut).chain(log.receiving.values()).any(|r| r.path == "/api/password-reset")
+    };
+    assert!(!reached(&up.log.lock().unwrap()), "a body refused while read for its key reached the upstream");
+    let mut s = keyed(b"14\r\n{\"email\":\"a@b.c\",   \r\n");
+    let conn = up.wait_for("the keyed body's prefix", |log| {
+        log.receiving.values().find(|r| r.body.starts_with(b"{\"email\"")).map(|r| r.conn)
+    });
+    s.write_all(b"5\nx\"}\r\n0\r\n\r\n").unwrap();
+    let res = read_all(s);
+    assert_eq!((res.status, res.json()["error"].as_str()), (400, Some("bad_request")));
+    up.wait_for("the keyed request cut", |log| log.cut.iter().any(|r| r.conn == conn).then_some(()));
+    assert_eq!(metric(admin, "sluice_request_body_errors_total{reason=\"malformed\"}"), Some(5.0));
+}
+
 #[test]
 fn a_flood_of_new_keys_never_resets_a_denied_key() {
     let (dir, up) = (TempDir::new("flood"), Recorder::start());

@@ -28,6 +28,7 @@ pub fn config_json(c: &Config) -> Value {
             "deny_status": s.deny_status,
             "on_deny": match s.on_deny { OnDeny::Respond => "respond", OnDeny::Drop => "drop" },
             "max_in_flight": s.max_in_flight,
+            "max_in_flight_per_client": s.max_in_flight_per_client,
             "user_header": s.user_header,
             "max_body_bytes": s.max_body_bytes,
             "underscore_headers": s.underscore_headers.name(),

@@ -47,6 +47,12 @@ pub(crate) struct DegradedLabels {
     pub mode: &'static str,
 }
 
+/// `sluice_request_body_errors_total`: request bodies cut, by why.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BodyErrorLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReloadLabels {
     pub result: &'static str,
@@ -57,6 +63,10 @@ pub(crate) struct ReloadLabels {
 pub(crate) const DECISION_OUTCOMES: [&str; 5] = ["allowed", "denied", "shadow_denied", "error", "allowed_degraded"];
 /// Outcomes of `sluice_requests_total` for a matched route, in the order of its counter array.
 pub(crate) const REQUEST_OUTCOMES: [&str; 4] = ["allowed", "denied", "error", "allowed_degraded"];
+/// Why a request body was cut (`sluice_request_body_errors_total{reason}`), in the order of
+/// [`BodyErrors`]' counters: its framing was broken, the client closed its connection inside it,
+/// or no byte came for `body_idle_timeout`.
+pub(crate) const BODY_ERROR_REASONS: [&str; 3] = ["malformed", "incomplete", "stalled"];
 /// The failure modes that answer for a store (`sluice_degraded_total{mode}`).
 pub(crate) const DEGRADED_MODES: [&str; 2] = ["fail-open", "local"];
 
@@ -80,6 +90,10 @@ pub struct Metrics {
     degraded: Family<DegradedLabels, Counter>,
     /// `sluice_shed_total`: requests refused beyond `max_in_flight`.
     pub(crate) shed: Counter,
+    /// `sluice_shed_per_client_total`: requests refused beyond `max_in_flight_per_client`.
+    pub(crate) shed_per_client: Counter,
+    /// `sluice_request_body_errors_total`: request bodies cut, by reason.
+    body_errors: Family<BodyErrorLabels, Counter>,
     /// `sluice_config_reloads_total`, applied or refused.
     reloads: Family<ReloadLabels, Counter>,
     /// `sluice_decision_log_dropped_total`: lines the denial cap refused.
@@ -108,6 +122,8 @@ impl Metrics {
             store_errors: Family::default(),
             degraded: Family::default(),
             shed: Counter::default(),
+            shed_per_client: Counter::default(),
+            body_errors: Family::default(),
             reloads: Family::default(),
             log_dropped: Counter::default(),
             errors_seen: Counter::default(),
@@ -149,6 +165,18 @@ impl Metrics {
         );
         registry.register("sluice_shed", "Requests shed with 503 because max_in_flight was reached.", m.shed.clone());
         registry.register(
+            "sluice_shed_per_client",
+            "Requests answered 429 because their client already had max_in_flight_per_client requests in flight.",
+            m.shed_per_client.clone(),
+        );
+        registry.register(
+            "sluice_request_body_errors",
+            "Request bodies cut by the client's fault, by reason: malformed (broken framing: 400), \
+             incomplete (the client closed its connection inside it) or stalled (no byte for \
+             body_idle_timeout: 408). Never counted as upstream errors.",
+            m.body_errors.clone(),
+        );
+        registry.register(
             "sluice_config_reloads",
             "Configuration reloads, applied (ok) or refused (the running configuration kept serving).",
             m.reloads.clone(),
@@ -165,6 +193,11 @@ impl Metrics {
             let _ = m.reloads.get_or_create(&ReloadLabels { result });
         }
         Self { registry, ..m }
+    }
+
+    /// The counters of request bodies cut, one per reason (created at zero).
+    pub(crate) fn body_errors(&self) -> BodyErrors {
+        BodyErrors(BODY_ERROR_REASONS.map(|reason| self.body_errors.get_or_create_owned(&BodyErrorLabels { reason })))
     }
 
     /// Counts a request the store could not decide.
@@ -223,6 +256,27 @@ impl Metrics {
         let _ = encode_registry(&mut out, &now);
         let _ = encode_eof(&mut out);
         out
+    }
+}
+
+/// The counters of request bodies cut (`sluice_request_body_errors_total`), resolved once.
+#[derive(Debug, Clone)]
+pub struct BodyErrors([Counter; 3]);
+
+impl BodyErrors {
+    /// A body whose framing was broken (a bad chunk-size line, say).
+    pub fn malformed(&self) {
+        self.0[0].inc();
+    }
+
+    /// A body the client stopped sending by closing its connection.
+    pub fn incomplete(&self) {
+        self.0[1].inc();
+    }
+
+    /// A body that paused longer than `body_idle_timeout`.
+    pub fn stalled(&self) {
+        self.0[2].inc();
     }
 }
 

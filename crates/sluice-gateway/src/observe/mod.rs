@@ -52,7 +52,7 @@ pub use decision_log::{DecisionLine, DecisionLog, SampleSource, TARGET as DECISI
 pub use events::{TARGET as EVENT_TARGET, started, stopped};
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
-pub use metrics::{Metrics, Scrape, error_kind};
+pub use metrics::{BodyErrors, Metrics, Scrape, error_kind};
 pub use observed::{
     CHECK_API_ROUTE, FAIL_OPEN, FaceObserver, FaceRoute, LimitCounts, Observed, PendingLine, UNMATCHED_ROUTE,
 };

@@ -15,7 +15,7 @@ use super::Observer;
 use super::decision_log::{DecisionLine, DecisionLog};
 use super::histogram::LatencyHistogram;
 use super::metrics::{
-    DECISION_OUTCOMES, DecisionLabels, Metrics, REQUEST_OUTCOMES, RequestLabels, StoreLabels, error_kind,
+    BodyErrors, DECISION_OUTCOMES, DecisionLabels, Metrics, REQUEST_OUTCOMES, RequestLabels, StoreLabels, error_kind,
 };
 
 /// The `route` label (and log field) of decisions made through the decision API; it is also the
@@ -403,6 +403,8 @@ pub struct Observed {
     api: RouteHandles,
     /// Requests that matched no route.
     unmatched: Counter,
+    /// Request bodies cut, by reason.
+    body_errors: Arc<BodyErrors>,
 }
 
 impl Observed {
@@ -418,7 +420,8 @@ impl Observed {
         let api = RouteHandles::resolve(m, CHECK_API_ROUTE, (0..config.policies.len()).map(named));
         let unmatched =
             m.requests.get_or_create_owned(&RequestLabels { route: UNMATCHED_ROUTE.into(), outcome: "unlimited" });
-        Self { recorder: Recorder::new(observer, store, &config.decision_log), routes, api, unmatched }
+        let body_errors = Arc::new(m.body_errors());
+        Self { recorder: Recorder::new(observer, store, &config.decision_log), routes, api, unmatched, body_errors }
     }
 
     /// The observer these handles report to.
@@ -439,6 +442,16 @@ impl Observed {
     /// Counts a request shed for overload.
     pub fn shed(&self) {
         self.observer().metrics().shed.inc();
+    }
+
+    /// Counts a request refused because its client had `max_in_flight_per_client` in flight.
+    pub fn shed_per_client(&self) {
+        self.observer().metrics().shed_per_client.inc();
+    }
+
+    /// The counters of request bodies cut (shared by the bodies being read).
+    pub fn body_errors(&self) -> &Arc<BodyErrors> {
+        &self.body_errors
     }
 
     fn handles(&self, route: Option<usize>) -> (Option<&RouteHandles>, Slots) {

@@ -121,8 +121,10 @@ pub struct Seen {
     pub path: String,
     /// Header lines, names lower-cased, in order (repeated ones repeated).
     pub headers: Vec<(String, String)>,
-    /// The body, de-chunked.
+    /// The body, de-chunked (as much of it as came, for one still arriving or cut).
     pub body: Vec<u8>,
+    /// The connection it came on: 1 for the first the upstream accepted, and so on.
+    pub conn: usize,
 }
 
 impl Seen {
@@ -132,12 +134,26 @@ impl Seen {
     }
 }
 
-/// An upstream on a free port that answers every request `200 ok` and records it.
+/// What reached a [`Recorder`].
+#[derive(Debug, Default)]
+pub struct Log {
+    /// Requests received whole, in order.
+    pub done: Vec<Seen>,
+    /// Requests whose head came and whose body is still arriving, by connection.
+    pub receiving: HashMap<usize, Seen>,
+    /// Requests whose connection ended inside their body: what came of them.
+    pub cut: Vec<Seen>,
+    /// Connections accepted.
+    pub connections: usize,
+}
+
+/// An upstream on a free port that answers every request `200 ok` and records it, and the
+/// connections it came on.
 pub struct Recorder {
     /// Where it listens.
     pub addr: SocketAddr,
-    /// What reached it, in order.
-    pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// What reached it.
+    pub log: Arc<Mutex<Log>>,
 }
 
 impl Recorder {
@@ -145,29 +161,58 @@ impl Recorder {
     pub fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
+        let log = Arc::new(Mutex::new(Log::default()));
+        let shared = log.clone();
         thread::spawn(move || {
             for conn in listener.incoming().map_while(Result::ok) {
-                let log = log.clone();
-                thread::spawn(move || serve_connection(conn, &log));
+                let log = shared.clone();
+                let id = {
+                    let mut log = log.lock().unwrap();
+                    log.connections += 1;
+                    log.connections
+                };
+                thread::spawn(move || serve_connection(conn, id, &log));
             }
         });
-        Self { addr, seen }
+        Self { addr, log }
     }
 
-    /// What reached it so far.
+    /// What reached it whole so far.
     pub fn requests(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        self.log.lock().unwrap().done.clone()
     }
 
-    /// How many requests reached it.
+    /// How many requests reached it whole.
     pub fn count(&self) -> usize {
-        self.seen.lock().unwrap().len()
+        self.log.lock().unwrap().done.len()
+    }
+
+    /// Requests whose body is arriving now.
+    pub fn receiving(&self) -> Vec<Seen> {
+        self.log.lock().unwrap().receiving.values().cloned().collect()
+    }
+
+    /// Requests whose connection ended inside their body.
+    pub fn cut(&self) -> Vec<Seen> {
+        self.log.lock().unwrap().cut.clone()
+    }
+
+    /// Waits (at most [`WAIT`]) until `what` holds of the log, and returns what it gave.
+    pub fn wait_for<T>(&self, why: &str, what: impl Fn(&Log) -> Option<T>) -> T {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(t) = what(&self.log.lock().unwrap()) {
+                return t;
+            }
+            assert!(std::time::Instant::now() < deadline, "the upstream never saw {why}");
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
-fn serve_connection(conn: TcpStream, log: &Mutex<Vec<Seen>>) {
+/// Serves connection number `id`: reads requests, their bodies as they arrive (recorded in
+/// `receiving`), answers each received whole, and records one cut inside its body.
+fn serve_connection(conn: TcpStream, id: usize, log: &Mutex<Log>) {
     let mut writer = conn.try_clone().unwrap();
     let mut reader = BufReader::new(conn);
     loop {
@@ -192,26 +237,63 @@ fn serve_connection(conn: TcpStream, log: &Mutex<Vec<Seen>>) {
             }
         }
         let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-        let mut body = Vec::new();
-        if get("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-            loop {
-                let mut size = String::new();
-                reader.read_line(&mut size).unwrap();
-                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-                let mut chunk = vec![0; n + 2];
-                reader.read_exact(&mut chunk).unwrap();
-                if n == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..n]);
+        let chunked = get("transfer-encoding").is_some_and(|v| v.contains("chunked"));
+        let length = get("content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+        log.lock().unwrap().receiving.insert(id, Seen { method, path, headers, body: Vec::new(), conn: id });
+        let arrived = |data: &[u8]| {
+            if let Some(seen) = log.lock().unwrap().receiving.get_mut(&id) {
+                seen.body.extend_from_slice(data);
             }
-        } else if let Some(n) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
-            body = vec![0; n];
-            reader.read_exact(&mut body).unwrap();
+        };
+        let whole = if chunked { read_chunked(&mut reader, arrived) } else { read_sized(&mut reader, length, arrived) };
+        let mut log_now = log.lock().unwrap();
+        let Some(seen) = log_now.receiving.remove(&id) else { return };
+        if !whole {
+            log_now.cut.push(seen);
+            return;
         }
-        log.lock().unwrap().push(Seen { method, path, headers, body });
+        log_now.done.push(seen);
+        drop(log_now);
         if writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
             return;
         }
     }
+}
+
+/// Reads a chunked body, handing each chunk's data to `arrived`; false when the connection
+/// ended inside it (or its framing broke).
+fn read_chunked(reader: &mut BufReader<TcpStream>, arrived: impl Fn(&[u8])) -> bool {
+    loop {
+        let mut size = String::new();
+        if reader.read_line(&mut size).unwrap_or(0) == 0 {
+            return false;
+        }
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { return false };
+        let mut chunk = vec![0; n + 2];
+        if reader.read_exact(&mut chunk).is_err() {
+            return false;
+        }
+        if n == 0 {
+            return true;
+        }
+        arrived(&chunk[..n]);
+    }
+}
+
+/// Reads a body of `length` bytes as they come, handing them to `arrived`; false when the
+/// connection ended first.
+fn read_sized(reader: &mut BufReader<TcpStream>, length: usize, arrived: impl Fn(&[u8])) -> bool {
+    let mut left = length;
+    let mut buf = vec![0; 8192];
+    while left > 0 {
+        let want = left.min(buf.len());
+        match reader.read(&mut buf[..want]) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                arrived(&buf[..n]);
+                left -= n;
+            }
+        }
+    }
+    true
 }

@@ -1,0 +1,152 @@
+//! How many of something each client holds at once — requests in flight, body reads — so that
+//! one client cannot take every slot of `max_in_flight`.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Shards of the per-client counts: the worker threads take different locks for different
+/// clients.
+const SHARDS: usize = 16;
+
+/// Slots held now, in all and per client. A client has an entry only while it holds a slot, so
+/// the counts take memory for the clients of the requests in progress, no more.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_gateway::client_slots::ClientSlots;
+/// let slots = Arc::new(ClientSlots::new());
+/// let who = "203.0.113.9".parse().unwrap();
+/// let (a, b) = (slots.start(who, 2), slots.start(who, 2));
+/// assert!(a.is_some() && b.is_some());
+/// assert!(slots.start(who, 2).is_none(), "a third at once is refused");
+/// assert!(slots.start("203.0.113.10".parse().unwrap(), 2).is_some(), "another client has its own");
+/// drop(a);
+/// assert!(slots.start(who, 2).is_some());
+/// ```
+#[derive(Debug)]
+pub struct ClientSlots {
+    /// Slots held, every client together.
+    total: AtomicUsize,
+    /// Slots held per client (the grouped address), in the shard its hash picks.
+    shards: [Mutex<HashMap<IpAddr, usize>>; SHARDS],
+    /// Picks a client's shard: seeded per process, so no client chooses whose lock it shares.
+    pick: RandomState,
+}
+
+/// One slot held; dropping it gives it back (to the total, and to its client's count once it
+/// was claimed for one).
+#[derive(Debug)]
+pub struct Slot {
+    /// The counts it belongs to.
+    slots: Arc<ClientSlots>,
+    /// The client it counts for, once claimed.
+    who: Option<IpAddr>,
+}
+
+impl Default for ClientSlots {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClientSlots {
+    /// No slot held.
+    pub fn new() -> Self {
+        Self { total: AtomicUsize::new(0), shards: Default::default(), pick: RandomState::new() }
+    }
+
+    /// Takes a slot for a client not known yet, counted in the total only; returns it with the
+    /// total held before it. [`ClientSlots::claim`] counts it for its client.
+    pub fn enter(self: &Arc<Self>) -> (Slot, usize) {
+        let before = self.total.fetch_add(1, Ordering::Relaxed);
+        (Slot { slots: Arc::clone(self), who: None }, before)
+    }
+
+    /// Counts `slot` (unclaimed, taken from these counts) for `who`, unless `who` already holds
+    /// `limit`: then false, and `slot` stays unclaimed.
+    pub fn claim(&self, slot: &mut Slot, who: IpAddr, limit: usize) -> bool {
+        debug_assert!(slot.who.is_none() && std::ptr::eq(Arc::as_ptr(&slot.slots), self));
+        let mut held = self.shard(who);
+        let n = held.entry(who).or_insert(0);
+        if *n >= limit {
+            if *n == 0 {
+                held.remove(&who);
+            }
+            return false;
+        }
+        *n += 1;
+        slot.who = Some(who);
+        true
+    }
+
+    /// A slot for `who`, or `None` when it already holds `limit`.
+    pub fn start(self: &Arc<Self>, who: IpAddr, limit: usize) -> Option<Slot> {
+        let (mut slot, _) = self.enter();
+        self.claim(&mut slot, who, limit).then_some(slot)
+    }
+
+    /// Slots held now, every client together.
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Slots `who` holds now.
+    pub fn held_by(&self, who: IpAddr) -> usize {
+        self.shard(who).get(&who).copied().unwrap_or(0)
+    }
+
+    /// Clients holding a slot now (the entries kept).
+    pub fn clients(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
+    }
+
+    fn shard(&self, who: IpAddr) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        let i = (self.pick.hash_one(who) % SHARDS as u64) as usize;
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(who) = self.who {
+            let mut held = self.slots.shard(who);
+            if let Some(n) = held.get_mut(&who) {
+                *n -= 1;
+                if *n == 0 {
+                    held.remove(&who);
+                }
+            }
+        }
+        self.slots.total.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_go_away_when_their_last_slot_does() {
+        let slots = Arc::new(ClientSlots::new());
+        let held: Vec<Slot> = (0..200u8)
+            .flat_map(|i| {
+                let who = IpAddr::from([198, 51, 100, i]);
+                [slots.start(who, 2).unwrap(), slots.start(who, 2).unwrap()]
+            })
+            .collect();
+        assert_eq!((slots.total(), slots.clients()), (400, 200));
+        assert_eq!(slots.held_by(IpAddr::from([198, 51, 100, 7])), 2);
+        // A refused claim leaves no entry behind, and its slot still counts in the total.
+        let (mut refused, before) = slots.enter();
+        assert_eq!(before, 400);
+        assert!(!slots.claim(&mut refused, IpAddr::from([198, 51, 100, 7]), 2));
+        assert!(!slots.claim(&mut refused, IpAddr::from([203, 0, 113, 1]), 0));
+        assert_eq!((slots.total(), slots.clients()), (401, 200));
+        drop(refused);
+        drop(held);
+        assert_eq!((slots.total(), slots.clients()), (0, 0));
+    }
+}
