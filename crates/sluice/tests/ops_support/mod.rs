@@ -92,6 +92,28 @@ impl Running {
         }
     }
 
+    /// Every stdout line up to the first that contains `needle`, that one included.
+    pub fn lines_until(&self, needle: &str) -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| panic!("no stdout line with {needle:?}"));
+            let found = line.contains(needle);
+            seen.push(line);
+            if found {
+                return seen;
+            }
+        }
+    }
+
+    /// Sends signal `name` (`HUP`, `TERM`, ...) to the process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args([&format!("-{name}"), &pid]).status().is_ok_and(|s| s.success());
+        assert!(ok, "kill -{name} {pid} failed");
+    }
+
     /// Every JSON line of stdout with `key` equal to `value`, until `count` of them are seen.
     pub fn json_lines(&self, key: &str, value: &str, count: usize) -> Vec<serde_json::Value> {
         let mut found = Vec::new();
