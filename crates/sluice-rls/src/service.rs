@@ -16,7 +16,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use http::HeaderMap;
 use sluice_config::{Config, RlsCharge};
 use sluice_core::{AlgorithmKind, Clock, Decision, NANOS_PER_SEC, Nanos, Policy};
-use sluice_gateway::observe::{LimitCounts, Observer, PendingLine};
+use sluice_gateway::observe::{LimitCounts, Observer, PendingLine, Reload};
 use sluice_gateway::stores::StoreBuilder;
 use sluice_http::headers::{LimitView, write_denied, write_rate_limit_headers};
 use sluice_http::pipeline::{Checks, Ruling};
@@ -149,7 +149,10 @@ impl Rls {
     }
 
     /// Reads the descriptor directory again; on an error the running descriptors stay. Policies
-    /// that did not change keep their state.
+    /// that did not change keep their state. Counted and logged either way, as the gateway's
+    /// reloads are: a `reload` event (`of` `rls_descriptors`, `result` `ok`, or `refused` with the
+    /// error naming file, line and field) and `sluice_config_reloads_total` in the observer's
+    /// families, and `sluice_rls_config_loads_total` on the service's port.
     pub fn reload(&self) -> Result<(), RlsError> {
         let mut parsed = None;
         let result = self.rebuild(|old| {
@@ -161,6 +164,7 @@ impl Rls {
             *self.loaded_from.lock().unwrap_or_else(|p| p.into_inner()) = stamp;
         }
         self.metrics.reloaded(result.is_ok());
+        self.env.observer.reloaded_of(Reload::Descriptors, &result);
         result
     }
 
