@@ -12,51 +12,22 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ops_support::{Running, Scraped, WAIT, http};
+use ops_support::{Running, Scraped, WAIT, http, redis_gateway_keyed};
 use redis_support::RedisServer;
 use support::TempDir;
 
 /// A gateway on the Redis at `url` with `on_error`: `/api/hello` limited to 2 an hour per
-/// `X-User`. `first` is written before that policy (another policy, on reload), so the limited
-/// policy's position in the configuration can change while it stays the same policy.
+/// `X-User` (policy `per-ip`, whatever its name says). `first` is written before that policy
+/// (another policy, on reload), so its position in the configuration can change while it stays
+/// the same policy.
 fn config(url: &str, on_error: &str, first: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-key_secret = "operations test secret, long enough"
-
-[admin]
-listen = "127.0.0.1:0"
-
-[store]
-kind = "redis"
-url = "{url}"
-on_error = "{on_error}"
-timeout_ms = 200
-{first}
-[[policy]]
-name = "per-user"
-algorithm = "fixed-window"
-limit = 2
-window = "1h"
-
-[[route]]
-name = "hello"
-path = "/api/hello"
-limits = [{{ policy = "per-user", key = "header:x-user" }}]
-
-[decision_log]
-sample = 0.0
-denials_per_second = 100
-"#
-    )
+    redis_gateway_keyed(url, on_error, "header:x-user", first)
 }
 
-/// A policy listed before `per-user` on reload.
+/// A policy listed before the limited one on reload.
 const ANOTHER: &str = r#"
 [[policy]]
-name = "per-ip"
+name = "per-route"
 algorithm = "fixed-window"
 limit = 1000
 window = "1m"
@@ -75,7 +46,7 @@ fn serve(dir: &TempDir, redis: &RedisServer, on_error: &str) -> (Running, String
     (sluice, path, gateway, admin.expect("the admin listener"))
 }
 
-/// The `event` of every JSON line among `lines` whose event starts with `store_`.
+/// Every JSON line among `lines` whose `event` starts with `store_`.
 fn store_events(lines: &[String]) -> Vec<serde_json::Value> {
     lines
         .iter()

@@ -223,6 +223,12 @@ impl Scraped {
 /// an admin listener, and one route `hello` (`/api/hello`) limited to 2 per IP an hour; no
 /// admitted decision is logged, every denial and failure-mode answer is.
 pub fn redis_gateway(url: &str, on_error: &str) -> String {
+    redis_gateway_keyed(url, on_error, "ip", "")
+}
+
+/// [`redis_gateway`], the limit keyed by `key` (a key part, `ip` there), and `first` (more
+/// `[[policy]]` tables) written before its policy `per-ip`.
+pub fn redis_gateway_keyed(url: &str, on_error: &str, key: &str, first: &str) -> String {
     format!(
         r#"
 [server]
@@ -237,7 +243,7 @@ kind = "redis"
 url = "{url}"
 on_error = "{on_error}"
 timeout_ms = 200
-
+{first}
 [[policy]]
 name = "per-ip"
 algorithm = "fixed-window"
@@ -247,7 +253,7 @@ window = "1h"
 [[route]]
 name = "hello"
 path = "/api/hello"
-limits = [{{ policy = "per-ip", key = "ip" }}]
+limits = [{{ policy = "per-ip", key = "{key}" }}]
 
 [decision_log]
 sample = 0.0
