@@ -63,6 +63,7 @@ fn bench(c: &mut Criterion) {
         shadow_denied: Vec::new(),
         not_evaluated: Vec::new(),
         degraded: None,
+        store_answered: true,
     };
     let timing = Timing { decision_ns: 4_000, store_ns: 2_000 };
 

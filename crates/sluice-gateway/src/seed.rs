@@ -375,6 +375,7 @@ fn one_outcome(d: Decision) -> Outcome {
         shadow_denied: Vec::new(),
         not_evaluated: Vec::new(),
         degraded: None,
+        store_answered: true,
     }
 }
 

@@ -25,7 +25,7 @@ pub trait StoreBuilder: Send + Sync + 'static {
 pub fn for_config(config: &Config) -> Box<dyn StoreBuilder> {
     match &config.store {
         StoreConfig::Memory { .. } => Box::new(MemoryStores::new(Arc::new(SystemClock::new()))),
-        StoreConfig::Redis { .. } => Box::new(RedisStores),
+        StoreConfig::Redis { .. } => Box::new(RedisStores::default()),
     }
 }
 
@@ -289,7 +289,14 @@ impl Snapshots {
 
 /// Builds a Redis store per configuration. State lives in Redis under keys that carry a
 /// fingerprint of each policy's parameters, so a reload keeps the state of unchanged policies.
-pub struct RedisStores;
+/// What the process knows of that Redis (the deny cache, the breaker, the counters, the `local`
+/// fallback's state) is kept too when the store's settings did not change
+/// ([`RedisStore::rebuild`]): a key denied before an outage stays denied after a reload during it.
+#[derive(Default)]
+pub struct RedisStores {
+    /// The store last built, whose knowledge of Redis a reload with the same settings takes over.
+    current: Mutex<Option<Arc<RedisStore>>>,
+}
 
 impl StoreBuilder for RedisStores {
     fn build(&self, config: &Config, _previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, GatewayError> {
@@ -306,8 +313,15 @@ impl StoreBuilder for RedisStores {
         };
         options.timeout = Duration::from_millis(*timeout_ms);
         options.key_prefix = key_prefix.clone();
-        let store =
-            Arc::new(RedisStore::new(named_policies(config), options).map_err(|e| GatewayError::Store(e.to_string()))?);
+        let mut current = lock(&self.current);
+        let built = match current.as_ref() {
+            // Same settings: the same Redis, seen the same way. Other settings: a new store.
+            Some(old) if *old.options() == options => old.rebuild(named_policies(config)),
+            _ => RedisStore::new(named_policies(config), options),
+        };
+        let store = Arc::new(built.map_err(|e| GatewayError::Store(e.to_string()))?);
+        *current = Some(store.clone());
+        drop(current);
         // Redis evicting sluice's keys under memory pressure would reset limits: say so at start
         // (asked in the background, so a slow Redis does not hold start-up).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

@@ -36,6 +36,11 @@ pub struct Outcome {
     /// When the store could not decide the enforced limits and its failure mode answered
     /// (`fail-open`, `local`): which mode, and the error. `None` for the store's own decision.
     pub degraded: Option<Degraded>,
+    /// True when the store itself decided (some of) the request just now
+    /// ([`sluice_store::Reported::answered`]): the only outcome that shows a failing store
+    /// decides again. False when nothing was asked, a failure mode answered or a deny cache
+    /// repeated an earlier denial.
+    pub store_answered: bool,
 }
 
 impl Outcome {
@@ -60,6 +65,7 @@ impl Outcome {
         };
         self.allowed &= later.allowed;
         self.degraded = self.degraded.or(later.degraded);
+        self.store_answered |= later.store_answered;
         self.decisions.extend(later.decisions);
         self.shadow_denied.extend(later.shadow_denied.into_iter().map(|i| i + offset));
         self.not_evaluated.extend(later.not_evaluated.into_iter().map(|i| i + offset));
@@ -170,6 +176,7 @@ impl Enforcer {
                 shadow_denied: Vec::new(),
                 not_evaluated: Vec::new(),
                 degraded: None,
+                store_answered: false,
             };
             return Ok(none);
         }
@@ -185,13 +192,14 @@ impl Enforcer {
                 shadow_denied: Vec::new(),
                 not_evaluated: Vec::new(),
                 degraded: reported.degraded,
+                store_answered: reported.answered,
             });
         }
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(|p| p.shadow));
         let pick = |idx: &[usize]| idx.iter().map(|&i| checks[i]).collect::<Vec<_>>();
         let reported = self.store.decide_reported(&pick(&enforced), None).await?;
-        let (enforced_v, degraded) = (reported.verdict, reported.degraded);
+        let (enforced_v, degraded, store_answered) = (reported.verdict, reported.degraded, reported.answered);
         let mut decisions = vec![enforced_v.decisions.first().copied().unwrap_or(NO_DECISION); checks.len()];
         for (j, &i) in enforced.iter().enumerate() {
             decisions[i] = enforced_v.decisions[j];
@@ -218,7 +226,15 @@ impl Enforcer {
                 }
             }
         }
-        Ok(Outcome { allowed: enforced_v.allowed, decisions, describe, shadow_denied, not_evaluated, degraded })
+        Ok(Outcome {
+            allowed: enforced_v.allowed,
+            decisions,
+            describe,
+            shadow_denied,
+            not_evaluated,
+            degraded,
+            store_answered,
+        })
     }
 }
 

@@ -33,17 +33,39 @@ struct Entry {
 /// a request of at least the denied cost cannot be admitted before then (waiting is the only
 /// thing that frees room, and other requests only take more), so the cache never admits what
 /// Redis would deny and never denies what Redis would admit at that cost.
+///
+/// A policy is named by an id the cache gives its stored state ([`DenyCache::id_of`] its key
+/// head), not by its position in one configuration: stores rebuilt on reload share the cache,
+/// and a denial follows its policy wherever the new configuration puts it.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
     shards: Vec<Mutex<HashMap<(usize, KeyHash), Entry>>>,
     per_shard: usize,
+    /// The key heads given an id so far; an id is a position here. One per policy ever
+    /// configured with the same options (reloads add only changed policies).
+    heads: Mutex<Vec<String>>,
 }
 
 impl DenyCache {
     /// A cache of about `entries` entries (rounded up to a multiple of its shard count).
     pub fn new(entries: usize) -> Self {
         let per_shard = entries.div_ceil(SHARDS).max(1);
-        Self { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), per_shard }
+        let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
+        Self { shards, per_shard, heads: Mutex::new(Vec::new()) }
+    }
+
+    /// The id of the policy whose stored keys start with `key_head` (`prefix:policy:fingerprint:`):
+    /// the same for every store sharing this cache, new for a head not seen before.
+    pub fn id_of(&self, key_head: &str) -> usize {
+        // A list of strings, whole between operations: a panic cannot leave it torn.
+        let mut heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
+        match heads.iter().position(|h| h == key_head) {
+            Some(id) => id,
+            None => {
+                heads.push(key_head.to_owned());
+                heads.len() - 1
+            }
+        }
     }
 
     fn shard(&self, key: &KeyHash) -> std::sync::MutexGuard<'_, HashMap<(usize, KeyHash), Entry>> {
@@ -138,6 +160,17 @@ mod tests {
         assert!(c.lookup(0, &K, 4, CacheClock::Local, 10).is_some());
         assert!(c.lookup(1, &K, 4, CacheClock::Local, 10).is_none());
         assert!(c.lookup(0, &K, 4, CacheClock::Explicit, 10).is_none());
+    }
+
+    #[test]
+    fn ids_name_stored_state_not_positions() {
+        let c = DenyCache::new(100);
+        let (a, b) = (c.id_of("sluice:a:f1:{"), c.id_of("sluice:b:f2:{"));
+        assert_ne!(a, b);
+        // Asked again (a reload that kept both, in another order): the same ids.
+        assert_eq!((c.id_of("sluice:b:f2:{"), c.id_of("sluice:a:f1:{")), (b, a));
+        // The same name with other parameters is another stored state.
+        assert_ne!(c.id_of("sluice:a:f3:{"), a);
     }
 
     #[test]

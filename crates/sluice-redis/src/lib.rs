@@ -43,7 +43,12 @@
 //!   denial repeats the `remaining` Redis gave and counts `retry_after` down; a request's other
 //!   checks, not consulted, are reported as not denying with nothing remaining. Only a key's
 //!   first check in a request is cached (a later one was decided after charges that a denied
-//!   request never made). [`Source::DenyCache`] marks such verdicts.
+//!   request never made). [`Source::DenyCache`] marks such verdicts; they say nothing of whether
+//!   Redis answers now (`Reported::answered` is false), so a cached denial never ends an outage.
+//! - **Reloads keep what the process knows.** [`RedisStore::rebuild`] makes a store for new
+//!   policies that shares the deny cache, the breaker and the counters (and the `local`
+//!   fallback's unchanged tables): a key denied before an outage stays denied after a reload
+//!   during it.
 //!
 //! ```
 //! use std::time::Duration;

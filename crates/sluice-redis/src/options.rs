@@ -84,7 +84,7 @@ impl Default for BreakerOptions {
 /// assert_eq!(o.on_error, OnError::FailClosed);
 /// assert!(o.validate().is_ok());
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisOptions {
     /// One URL (`redis://host:port/db`, `rediss://` for TLS is not enabled) for a single node,
     /// or the seed nodes of a Cluster.

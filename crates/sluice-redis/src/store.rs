@@ -66,10 +66,20 @@ pub struct RedisStore {
     plans: Vec<ScriptPolicy>,
     options: RedisOptions,
     connector: Connector,
-    breaker: Breaker,
-    deny: Option<DenyCache>,
+    /// Shared with the stores [`RedisStore::rebuild`] makes: an outage does not end with a
+    /// reload, so neither does the breaker's count of it.
+    breaker: Arc<Breaker>,
+    /// Shared with the stores [`RedisStore::rebuild`] makes: a key Redis denied stays denied
+    /// across a reload, also while Redis is down.
+    deny: Option<Arc<DenyCache>>,
+    /// Per policy, the deny cache's id of its stored state (its key head): the same id in every
+    /// store that shares the cache, whatever the policy's position.
+    cached_as: Vec<usize>,
     local: Option<MemoryStore>,
+    /// Shared with the stores [`RedisStore::rebuild`] makes, so counters never go backwards.
     counters: Arc<Counters>,
+    /// Where this store's local clock starts: the deny cache's times are read on it, so the
+    /// stores that share the cache share it too.
     epoch: Instant,
 }
 
@@ -105,9 +115,11 @@ impl RedisStore {
         let connector = Connector::new(&options)?;
         let local = (options.on_error == OnError::Local)
             .then(|| MemoryStore::new(policies.clone(), options.local, Arc::new(SystemClock::new())));
+        let deny = (options.deny_cache_entries > 0).then(|| Arc::new(DenyCache::new(options.deny_cache_entries)));
         Ok(Self {
-            breaker: Breaker::new(options.breaker),
-            deny: (options.deny_cache_entries > 0).then(|| DenyCache::new(options.deny_cache_entries)),
+            breaker: Arc::new(Breaker::new(options.breaker)),
+            cached_as: cache_ids(deny.as_deref(), &plans),
+            deny,
             policies,
             plans,
             connector,
@@ -118,6 +130,26 @@ impl RedisStore {
         })
     }
 
+    /// A store for a new list of policies (a configuration reload) on the same Redis with the
+    /// same options. What this store knows of Redis carries over, shared: the breaker (an
+    /// outage is not over because the configuration changed), the deny cache (a key Redis
+    /// denied stays denied, also while Redis is down; a denial applies to a policy whose stored
+    /// state is the same, i.e. same name and parameters, wherever it now stands), the counters,
+    /// and under [`OnError::Local`] the fallback's state of unchanged policies
+    /// ([`MemoryStore::rebuild`]). Connections are made anew.
+    pub fn rebuild(&self, policies: Vec<NamedPolicy>) -> Result<Self, RedisStoreError> {
+        let fresh = Self::new(policies, self.options.clone())?;
+        Ok(Self {
+            breaker: Arc::clone(&self.breaker),
+            cached_as: cache_ids(self.deny.as_deref(), &fresh.plans),
+            deny: self.deny.clone(),
+            local: self.local.as_ref().map(|l| l.rebuild(fresh.policies.clone())),
+            counters: Arc::clone(&self.counters),
+            epoch: self.epoch,
+            ..fresh
+        })
+    }
+
     /// The options the store was built with.
     pub fn options(&self) -> &RedisOptions {
         &self.options
@@ -125,7 +157,7 @@ impl RedisStore {
 
     /// The counters, the breaker's state and the deny cache's size.
     pub fn stats(&self) -> RedisStats {
-        let entries = self.deny.as_ref().map_or(0, DenyCache::len);
+        let entries = self.deny.as_deref().map_or(0, DenyCache::len);
         self.counters.snapshot(self.breaker.state(), self.breaker.times_opened(), entries)
     }
 
@@ -246,7 +278,7 @@ impl RedisStore {
                         // key's first check is a denial on its stored state.
                         let first = !checks[..i].iter().any(|e| e.policy == c.policy && e.key == c.key);
                         if first {
-                            cache.insert(c.policy, &c.key, c.cost, clock, start, d);
+                            cache.insert(self.cached_as[c.policy], &c.key, c.cost, clock, start, d);
                         }
                     }
                 }
@@ -287,7 +319,7 @@ impl RedisStore {
     fn cached_denial(&self, checks: &[Check], clock: CacheClock, now: Nanos) -> Option<Verdict> {
         let cache = self.deny.as_ref()?;
         let found: Vec<Option<Decision>> =
-            checks.iter().map(|c| cache.lookup(c.policy, &c.key, c.cost, clock, now)).collect();
+            checks.iter().map(|c| cache.lookup(self.cached_as[c.policy], &c.key, c.cost, clock, now)).collect();
         if found.iter().all(Option::is_none) {
             return None;
         }
@@ -389,6 +421,11 @@ impl RedisStore {
     }
 }
 
+/// Per plan, the id `cache` gives its key head (none without a cache).
+fn cache_ids(cache: Option<&DenyCache>, plans: &[ScriptPolicy]) -> Vec<usize> {
+    cache.map_or_else(Vec::new, |c| plans.iter().map(|p| c.id_of(&p.key_head)).collect())
+}
+
 impl Store for RedisStore {
     fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
         Box::pin(async move { self.decide_detailed(checks, at).await.map(|o| o.verdict) })
@@ -428,7 +465,10 @@ impl Store for RedisStore {
         Box::pin(async move {
             let (sourced, error) = self.decide_sourced(checks, at).await?;
             let degraded = error.map(|error| Degraded { mode: sourced.source.as_str(), error });
-            Ok(Reported { verdict: sourced.verdict, degraded })
+            // Only a reply from Redis says Redis decides again: not a cached denial, not a
+            // failure mode's verdict, not a request with nothing to ask.
+            let answered = sourced.source == Source::Redis && !checks.is_empty();
+            Ok(Reported { verdict: sourced.verdict, degraded, answered })
         })
     }
 }

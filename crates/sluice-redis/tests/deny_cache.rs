@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice_core::{FixedWindow, NANOS_PER_SEC, Nanos, Policy, TokenBucket};
 use sluice_redis::{OnError, RedisOptions, RedisStore, Source};
 use sluice_store::conformance::{Reference, T0, key, policies};
-use sluice_store::{Check, KeyHasher, NamedPolicy};
+use sluice_store::{Check, KeyHasher, NamedPolicy, Store};
 use support::RedisServer;
 
 fn options(server: &RedisServer, prefix: &str) -> RedisOptions {
@@ -128,4 +128,41 @@ async fn a_cached_denial_denies_the_whole_request_and_charges_nothing() {
     // Once the account's retry time has passed, Redis decides again (and admits).
     let later = s.decide_detailed(&both, Some(T0 + NANOS_PER_SEC)).await.unwrap();
     assert_eq!((later.source, later.verdict.allowed), (Source::Redis, true));
+}
+
+#[tokio::test]
+async fn a_rebuilt_store_keeps_the_denials_and_the_breaker_of_the_one_it_replaces() {
+    let mut server = RedisServer::start();
+    let named = |name: &str, policy: Policy| NamedPolicy { name: name.into(), policy };
+    let account = || named("per-account", FixedWindow::new(1, 3_600 * NANOS_PER_SEC).unwrap().into());
+    let mut o = options(&server, "rebuilt");
+    o.on_error = OnError::FailOpen;
+    o.timeout = Duration::from_millis(200);
+    let s = RedisStore::new(vec![account()], o).expect("valid store");
+    let k = KeyHasher::from_secret(b"s").hash(&[b"acct"]);
+    let at = |policy| [Check { policy, key: k, cost: 1 }];
+    assert!(s.decide_detailed(&at(0), None).await.unwrap().verdict.allowed);
+    let denied = s.decide_reported(&at(0), None).await.unwrap();
+    assert!(!denied.verdict.allowed && denied.answered, "Redis's own denial");
+
+    server.kill();
+    let other = [Check { policy: 0, key: KeyHasher::from_secret(b"s").hash(&[b"other"]), cost: 1 }];
+    for _ in 0..3 {
+        let r = s.decide_reported(&other, None).await.unwrap();
+        assert!(r.degraded.is_some() && !r.answered, "fail-open answered for Redis");
+    }
+    assert_eq!(s.breaker_state(), sluice_redis::BreakerState::Open);
+    let cached = s.decide_reported(&at(0), None).await.unwrap();
+    assert!(!cached.verdict.allowed && cached.degraded.is_none());
+    assert!(!cached.answered, "a cached denial is not Redis answering");
+
+    // A reload: another policy listed first, and the account's policy changed under another name.
+    let changed = named("per-account-v2", FixedWindow::new(5, 3_600 * NANOS_PER_SEC).unwrap().into());
+    let reloaded = s.rebuild(vec![changed, account()]).expect("same options");
+    let still = reloaded.decide_detailed(&at(1), None).await.unwrap();
+    assert_eq!((still.source, still.verdict.allowed), (Source::DenyCache, false), "the same policy, now second");
+    let fresh = reloaded.decide_detailed(&at(0), None).await.unwrap();
+    assert_eq!((fresh.source, fresh.verdict.allowed), (Source::FailOpen, true), "another policy has no denial");
+    assert_eq!(reloaded.breaker_state(), sluice_redis::BreakerState::Open, "the outage goes on");
+    assert_eq!(reloaded.stats().deny_cache_hits, 2, "the counters go on");
 }

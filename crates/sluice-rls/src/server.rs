@@ -105,8 +105,9 @@ fn plain(status: StatusCode, content_type: &'static str, text: String) -> Respon
 /// parsed from (a file written, added, removed, or a ConfigMap's links swapped), looking every
 /// `every`, until the process ends. Comparing with what was parsed, not with the last look,
 /// means a file rewritten while a reload read it is read again, and a change made before the
-/// first look is not missed. A refused reload keeps the running descriptors and is told on
-/// stderr once; it is tried again when the files change again (or on SIGHUP).
+/// first look is not missed. Every reload is logged and counted ([`Rls::reload`]); a refused
+/// one keeps the running descriptors and is also told on stderr, once: it is tried again when
+/// the files change again (or on SIGHUP).
 pub async fn reload_on_change(rls: Arc<Rls>, every: std::time::Duration) {
     let dir = rls.descriptors_dir().to_path_buf();
     let mut refused_at: Option<crate::loader::DirStamp> = None;
@@ -134,8 +135,8 @@ fn refused(e: &crate::service::RlsError) {
     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
 }
 
-/// Reloads `rls` on every SIGHUP until the process ends; a refused reload keeps the running
-/// descriptors and is told on stderr.
+/// Reloads `rls` on every SIGHUP until the process ends ([`Rls::reload`] logs and counts it); a
+/// refused reload keeps the running descriptors and is also told on stderr.
 pub async fn reload_on_hangup(rls: Arc<Rls>) {
     #[cfg(unix)]
     {

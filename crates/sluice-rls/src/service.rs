@@ -16,9 +16,9 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use http::HeaderMap;
 use sluice_config::{Config, RlsCharge};
 use sluice_core::{AlgorithmKind, Clock, Decision, NANOS_PER_SEC, Nanos, Policy};
-use sluice_gateway::observe::{LimitCounts, Observer, PendingLine};
+use sluice_gateway::observe::{LimitCounts, Observer, PendingLine, Reload};
 use sluice_gateway::stores::StoreBuilder;
-use sluice_http::headers::{LimitView, write_denied, write_rate_limit_headers};
+use sluice_http::headers::{LimitView, quota_window, write_denied, write_rate_limit_headers};
 use sluice_http::pipeline::{Checks, Ruling};
 use sluice_store::{Check, KeyHasher, StoreError};
 use thiserror::Error;
@@ -95,6 +95,10 @@ struct Report {
     limit: PbLimit,
     /// The limit's period (fixed windows report the time to the window's end).
     period: Nanos,
+    /// `w` of the `ietf` fields: the time the whole quota takes to come back, as the gateway
+    /// states it for the same policy ([`quota_window`]: a bucket's time to refill whole, not the
+    /// period its rate is given per); the period for a limit without a policy.
+    window: Nanos,
     /// True when the policy is a fixed window (or there is none).
     fixed: bool,
     /// `shadow_mode`: never over the limit.
@@ -149,7 +153,10 @@ impl Rls {
     }
 
     /// Reads the descriptor directory again; on an error the running descriptors stay. Policies
-    /// that did not change keep their state.
+    /// that did not change keep their state. Counted and logged either way, as the gateway's
+    /// reloads are: a `reload` event (`of` `rls_descriptors`, `result` `ok`, or `refused` with the
+    /// error naming file, line and field) and `sluice_config_reloads_total` in the observer's
+    /// families, and `sluice_rls_config_loads_total` on the service's port.
     pub fn reload(&self) -> Result<(), RlsError> {
         let mut parsed = None;
         let result = self.rebuild(|old| {
@@ -161,6 +168,7 @@ impl Rls {
             *self.loaded_from.lock().unwrap_or_else(|p| p.into_inner()) = stamp;
         }
         self.metrics.reloaded(result.is_ok());
+        self.env.observer.reloaded_of(Reload::Descriptors, &result);
         result
     }
 
@@ -278,10 +286,11 @@ impl Rls {
                 let path = d.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>().join(".");
                 labels.push((domain_label(known_domain, domain), path));
                 matched_limits.push(None);
-                let period = Unit::from_proto(limit.unit);
+                let period = Unit::from_proto(limit.unit).map_or(NANOS_PER_SEC, |u| u.seconds() * NANOS_PER_SEC);
                 let report = Report {
                     limit,
-                    period: period.map_or(NANOS_PER_SEC, |u| u.seconds() * NANOS_PER_SEC),
+                    period,
+                    window: policy.as_ref().map_or(period, quota_window),
                     fixed: true,
                     shadow: false,
                     name: String::new(),
@@ -316,6 +325,7 @@ impl Rls {
                     let mut report = Report {
                         limit: pb,
                         period: rate.period,
+                        window: rate.period,
                         fixed: true,
                         shadow: m.limit.shadow,
                         name: String::new(),
@@ -324,6 +334,7 @@ impl Rls {
                         (Rule::Unlimited, _) => Slot::Unlimited,
                         (Rule::Policy(p), Some(pi)) => {
                             report.fixed = p.kind() == AlgorithmKind::FixedWindow;
+                            report.window = quota_window(&p);
                             report.name = snap.policies[pi].name.clone();
                             let counted: Vec<(&str, &str)> =
                                 entries.iter().zip(&m.values).map(|(&(k, _), &v)| (k, v)).collect();
@@ -422,7 +433,7 @@ impl Rls {
                 over |= !d.allowed;
                 let tighter = describe.as_ref().is_none_or(|(t, ..)| d.tighter(*t) == d && d != *t);
                 if tighter {
-                    describe = Some((d, r.period, r.name.clone()));
+                    describe = Some((d, r.window, r.name.clone()));
                 }
             }
             statuses.push(status);

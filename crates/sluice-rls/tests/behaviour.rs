@@ -8,7 +8,7 @@ mod support;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use sluice_core::NANOS_PER_SEC;
+use sluice_core::{AlgorithmKind, NANOS_PER_SEC};
 use support::*;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -134,6 +134,48 @@ async fn headers(b: Backend) {
     let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
     assert!((1..=60).contains(&retry));
     assert_eq!(header(&r, "cache-control").as_deref(), Some("no-store"));
+}
+
+/// A token bucket as README shows it (burst 10, 60 a minute), a leaky bucket and a window.
+const EDGE: &str = "domain: edge
+descriptors:
+  - key: bucket
+    rate_limit:
+      algorithm: token-bucket
+      requests_per_unit: 60
+      unit: minute
+      burst: 10
+  - key: leak
+    rate_limit:
+      algorithm: leaky-bucket
+      requests_per_unit: 1
+      unit: second
+      burst: 2
+  - key: window
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+";
+
+/// The `RateLimit-Policy` field of a fresh `key`'s first request in domain `edge`.
+async fn policy_field(c: &mut Client, key: &str) -> String {
+    let r = call(c, request("edge", &[&[(key, &fresh(key))]], 1)).await;
+    let field = r.response_headers_to_add.iter().find(|h| h.key == "ratelimit-policy");
+    field.map(|h| h.value.clone()).unwrap_or_else(|| panic!("no RateLimit-Policy in {r:?}"))
+}
+
+/// `w` is what the gateway states for the same policy (one function, `quota_window`): a bucket's
+/// time to refill whole, not the period its rate is given per; a window's length.
+#[tokio::test]
+async fn ietf_fields_state_the_gateways_w_for_each_policy() {
+    let h = Harness::start(Backend::Memory, &[("edge.yaml", EDGE)], "", "[server]\nheaders = [\"ietf\"]\n").await;
+    let mut c = h.client().await;
+    assert_eq!(policy_field(&mut c, "bucket").await, r#""token-bucket-10-per-10s";q=10;w=10"#);
+    assert_eq!(policy_field(&mut c, "leak").await, r#""leaky-bucket-2-per-2s";q=2;w=2"#);
+    assert_eq!(policy_field(&mut c, "window").await, r#""fixed-window-10-per-1m";q=10;w=60"#);
+    // The gateway's `w` for the same bucket.
+    let bucket = sluice_rls::rate_limit::policy(AlgorithmKind::TokenBucket, 60, 60 * NANOS_PER_SEC, Some(10)).unwrap();
+    assert_eq!(sluice_http::headers::quota_window(&bucket), 10 * NANOS_PER_SEC);
 }
 
 /// The overall codes of `n` requests for a fresh value of `key`.

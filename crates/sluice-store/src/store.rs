@@ -172,6 +172,12 @@ pub struct Reported {
     /// `Some` when the store could not decide and its failure mode answered; `None` for a
     /// verdict the store reached itself.
     pub degraded: Option<Degraded>,
+    /// True when the store itself decided this request just now (always, for a store without a
+    /// cache or a failure mode). False when a failure mode answered (`degraded`), or when the
+    /// verdict repeats an earlier denial held locally without asking the store (a deny cache):
+    /// such a verdict says nothing of whether the store can decide now, so it must not be
+    /// taken for the end of an outage.
+    pub answered: bool,
 }
 
 /// A boxed future returned by [`Store::decide_reported`].
@@ -230,10 +236,11 @@ pub trait Store: Send + Sync {
     /// let r = sluice_store::conformance::block_on(store.decide_reported(&checks, None)).unwrap();
     /// assert!(r.verdict.allowed);
     /// assert_eq!(r.degraded, None);
+    /// assert!(r.answered);
     /// ```
     fn decide_reported<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> ReportedFuture<'a> {
         let decided = self.decide(checks, at);
-        Box::pin(async move { decided.await.map(|verdict| Reported { verdict, degraded: None }) })
+        Box::pin(async move { decided.await.map(|verdict| Reported { verdict, degraded: None, answered: true }) })
     }
 }
 

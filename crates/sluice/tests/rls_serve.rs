@@ -1,13 +1,16 @@
 //! `sluice serve --config` with an `[rls]` section: Envoy's rate-limit service beside the
-//! gateway, its `POST /json` endpoint, SIGHUP reloading the descriptor directory, and
-//! `sluice check-config` reading the descriptor files.
+//! gateway, its `POST /json` endpoint, SIGHUP reloading the descriptor directory (each reload
+//! logged and counted as the gateway's are), and `sluice check-config` reading the descriptor
+//! files.
 
+mod ops_support;
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
+use ops_support::{Running, Scraped};
 use support::{SLUICE, TempDir};
 
 const LIMITS: &str =
@@ -202,4 +205,83 @@ fn a_changed_descriptor_file_is_reloaded_without_a_signal() {
     assert_eq!(limit_of("frank"), 5, "the old descriptors still decide");
     dir.write("ratelimit/edge.yaml", &LIMITS.replace("requests_per_unit: 2", "requests_per_unit: 7"));
     assert!(waited_for(7), "fixing the file takes effect");
+}
+
+/// A descriptor file with an error on line 6, field `descriptors[0].rate_limit.requests_per_unit`.
+const BROKEN: &str =
+    "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: -1\n";
+
+/// `sluice serve` with `[rls]` (`rls_extra` added to it) and an admin listener, its stdout read
+/// line by line: the process, the service's port and the admin address.
+fn serve_rls(dir: &TempDir, rls_extra: &str) -> (Running, u16, std::net::SocketAddr) {
+    let port = free_port();
+    let path = config(dir, port);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replace("[rls]\n", &format!("[rls]\n{rls_extra}"));
+    dir.write("sluice.toml", &format!("{text}\n[admin]\nlisten = \"127.0.0.1:0\"\n"));
+    let sluice = Running::start(&["serve", "--config", &path], &[]);
+    let (_, admin) = sluice.gateway_addresses();
+    wait_for(port);
+    (sluice, port, admin.expect("the admin listener"))
+}
+
+/// Replaces the descriptor file whole (written aside, then renamed over it): the watcher never
+/// reads it half written.
+fn replace_file(dir: &TempDir, text: &str) {
+    let aside = dir.write("ratelimit/edge.yaml.next", text);
+    std::fs::rename(aside, dir.path("ratelimit/edge.yaml")).expect("rename the descriptor file");
+}
+
+/// The next `reload` event of the descriptor directory.
+fn descriptors_reload(sluice: &Running) -> serde_json::Value {
+    let line = sluice.line_with("\"of\":\"rls_descriptors\"");
+    let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    assert_eq!(event["event"], "reload", "{event}");
+    event
+}
+
+fn reloads(admin: std::net::SocketAddr, result: &str) -> f64 {
+    Scraped::from(admin).must("sluice_config_reloads_total", &[("result", result)])
+}
+
+#[test]
+fn the_watcher_logs_and_counts_each_descriptor_reload_it_picks_up() {
+    let dir = TempDir::new("rls-watch-events");
+    let (sluice, port, admin) = serve_rls(&dir, "watch_interval = \"100ms\"\n");
+    assert_eq!(check(port, "gina").1["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+
+    // A broken file: refused, with where and what, and counted where the shipped alert looks.
+    replace_file(&dir, BROKEN);
+    let refused = descriptors_reload(&sluice);
+    assert_eq!(refused["result"], "refused", "{refused}");
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(error.contains("edge.yaml:6: descriptors[0].rate_limit.requests_per_unit"), "{refused}");
+    assert_eq!((reloads(admin, "refused"), reloads(admin, "ok")), (1.0, 0.0));
+    assert_eq!(check(port, "gina").1["statuses"][0]["currentLimit"]["requestsPerUnit"], 2, "the old ones decide");
+
+    // A valid change the watcher picks up: an event too.
+    replace_file(&dir, &LIMITS.replace("requests_per_unit: 2", "requests_per_unit: 5"));
+    let taken = descriptors_reload(&sluice);
+    assert_eq!(taken["result"], "ok", "{taken}");
+    assert_eq!((reloads(admin, "refused"), reloads(admin, "ok")), (1.0, 1.0));
+    assert_eq!(check(port, "gina").1["statuses"][0]["currentLimit"]["requestsPerUnit"], 5);
+}
+
+#[test]
+fn a_descriptor_reload_refused_on_sighup_is_logged_and_counted_beside_the_configurations() {
+    let dir = TempDir::new("rls-hup-events");
+    let (sluice, port, admin) = serve_rls(&dir, "watch_interval = \"0s\"\n");
+    dir.write("ratelimit/edge.yaml", BROKEN);
+    sluice.signal("HUP");
+    let refused = descriptors_reload(&sluice);
+    assert_eq!(refused["result"], "refused", "{refused}");
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("edge.yaml:6:")), "{refused}");
+    // The configuration file itself was fine: one reload taken, one refused.
+    let deadline = std::time::Instant::now() + ops_support::WAIT;
+    while reloads(admin, "ok") < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the configuration's reload was not counted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!((reloads(admin, "refused"), reloads(admin, "ok")), (1.0, 1.0));
+    assert_eq!(check(port, "hana").0, 200, "the running descriptors keep serving");
 }

@@ -1,4 +1,5 @@
-//! Service events: start, stop (reloads and store failures are logged by the `Observer`).
+//! Service events: start, stop, what a reload read (reloads and store failures are logged by the
+//! `Observer`).
 
 use std::net::SocketAddr;
 
@@ -6,6 +7,35 @@ use sluice_config::{Config, StoreConfig};
 
 /// The tracing target of service events.
 pub const TARGET: &str = "sluice::event";
+
+/// What a reload read again: named in its `reload` event (`of`), counted in the same
+/// `sluice_config_reloads_total` family whatever it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reload {
+    /// The configuration file (SIGHUP).
+    Config,
+    /// The rate-limit service's descriptor directory (`[rls] descriptors`: SIGHUP, or a changed
+    /// file the watcher saw).
+    Descriptors,
+}
+
+impl Reload {
+    /// `config` or `rls_descriptors`: the event's `of` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reload::Config => "config",
+            Reload::Descriptors => "rls_descriptors",
+        }
+    }
+
+    /// What the event's message calls it.
+    pub(crate) fn noun(self) -> &'static str {
+        match self {
+            Reload::Config => "configuration",
+            Reload::Descriptors => "rate-limit descriptors",
+        }
+    }
+}
 
 /// Logs the start of the gateway: where it listens, the admin listener, the store, the size of
 /// the configuration read from `source` (a file name). The message reads

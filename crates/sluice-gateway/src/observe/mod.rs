@@ -49,7 +49,7 @@ use crate::error::GatewayError;
 
 pub use config_view::{config_json, policy_json};
 pub use decision_log::{DecisionLine, DecisionLog, SampleSource, TARGET as DECISION_TARGET, ThreadRandom};
-pub use events::{TARGET as EVENT_TARGET, started, stopped};
+pub use events::{Reload, TARGET as EVENT_TARGET, started, stopped};
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
 pub use metrics::{BodyErrors, Metrics, Scrape, error_kind};
@@ -120,15 +120,27 @@ impl Observer {
 
     /// Counts and logs a configuration reload: applied, or refused (the running one kept).
     pub fn reloaded(&self, result: &Result<(), GatewayError>) {
+        self.reloaded_of(Reload::Config, result);
+    }
+
+    /// Counts and logs a reload of `what`: applied, or refused with its error (the running one
+    /// kept). Every reload is counted in `sluice_config_reloads_total` and logged as a `reload`
+    /// event, whatever it read again, so one alert on refusals covers every file sluice reads.
+    pub fn reloaded_of(&self, what: Reload, result: &Result<(), impl std::fmt::Display>) {
         self.metrics.reload(result.is_ok());
+        let of = what.as_str();
         match result {
-            Ok(()) => tracing::info!(target: events::TARGET, event = "reload", result = "ok", "configuration reloaded"),
+            Ok(()) => {
+                tracing::info!(target: events::TARGET, event = "reload", of, result = "ok", "{} reloaded", what.noun())
+            }
             Err(e) => tracing::warn!(
                 target: events::TARGET,
                 event = "reload",
+                of,
                 result = "refused",
                 error = %e,
-                "configuration reload refused; the running configuration keeps serving"
+                "{} reload refused; the running one keeps serving",
+                what.noun()
             ),
         }
     }

@@ -245,7 +245,10 @@ impl Recorder {
                 m.degraded(self.store, d.mode);
                 self.observer.store_failed(self.store, &d.error);
             }
-            None => self.observer.store_ok(),
+            // Only the store's own answer ends a failure: a deny cache's repeated denial
+            // during an outage is no recovery.
+            None if outcome.store_answered => self.observer.store_ok(),
+            None => {}
         }
         if !outcome.allowed
             && let Some(check) = outcome.describe.and_then(|i| checks.get(i))

@@ -165,14 +165,14 @@ impl Shared {
             None => s.decide_now(checks),
         };
         match self.mode() {
-            Mode::Up => Ok(Reported { verdict: decide(&self.inner)?, degraded: None }),
+            Mode::Up => Ok(Reported { verdict: decide(&self.inner)?, degraded: None, answered: true }),
             Mode::FailOpen => {
                 let verdict = Verdict::admitted_undecided(checks, |p| self.inner.policies()[p].policy.limit());
-                Ok(Reported { verdict, degraded: Some(Degraded { mode: "fail-open", error: down() }) })
+                Ok(Reported { verdict, degraded: Some(Degraded { mode: "fail-open", error: down() }), answered: false })
             }
             Mode::Local => {
                 let verdict = decide(&self.local)?;
-                Ok(Reported { verdict, degraded: Some(Degraded { mode: "local", error: down() }) })
+                Ok(Reported { verdict, degraded: Some(Degraded { mode: "local", error: down() }), answered: false })
             }
             Mode::FailClosed => Err(down()),
         }

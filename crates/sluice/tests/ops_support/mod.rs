@@ -92,6 +92,28 @@ impl Running {
         }
     }
 
+    /// Every stdout line up to the first that contains `needle`, that one included.
+    pub fn lines_until(&self, needle: &str) -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| panic!("no stdout line with {needle:?}"));
+            let found = line.contains(needle);
+            seen.push(line);
+            if found {
+                return seen;
+            }
+        }
+    }
+
+    /// Sends signal `name` (`HUP`, `TERM`, ...) to the process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args([&format!("-{name}"), &pid]).status().is_ok_and(|s| s.success());
+        assert!(ok, "kill -{name} {pid} failed");
+    }
+
     /// Every JSON line of stdout with `key` equal to `value`, until `count` of them are seen.
     pub fn json_lines(&self, key: &str, value: &str, count: usize) -> Vec<serde_json::Value> {
         let mut found = Vec::new();
@@ -201,6 +223,12 @@ impl Scraped {
 /// an admin listener, and one route `hello` (`/api/hello`) limited to 2 per IP an hour; no
 /// admitted decision is logged, every denial and failure-mode answer is.
 pub fn redis_gateway(url: &str, on_error: &str) -> String {
+    redis_gateway_keyed(url, on_error, "ip", "")
+}
+
+/// [`redis_gateway`], the limit keyed by `key` (a key part, `ip` there), and `first` (more
+/// `[[policy]]` tables) written before its policy `per-ip`.
+pub fn redis_gateway_keyed(url: &str, on_error: &str, key: &str, first: &str) -> String {
     format!(
         r#"
 [server]
@@ -215,7 +243,7 @@ kind = "redis"
 url = "{url}"
 on_error = "{on_error}"
 timeout_ms = 200
-
+{first}
 [[policy]]
 name = "per-ip"
 algorithm = "fixed-window"
@@ -225,7 +253,7 @@ window = "1h"
 [[route]]
 name = "hello"
 path = "/api/hello"
-limits = [{{ policy = "per-ip", key = "ip" }}]
+limits = [{{ policy = "per-ip", key = "{key}" }}]
 
 [decision_log]
 sample = 0.0
