@@ -1,12 +1,16 @@
 //! The one form of a path that routes match and keys read, so that no spelling an upstream
-//! would route to a limited resource slips past its limit.
+//! would route to a limited resource slips past its limit; and the one place that decides
+//! whether a route's path matches it ([`PathPattern`]).
 //!
 //! Upstreams disagree on what a path means: Tomcat, Spring and Jetty drop `;params` from each
 //! segment, some decode `%2F` to `/` or treat `\` as `/`, most resolve `.` and `..`, many match
-//! case-insensitively or ignore a trailing slash. sluice matches the most inclusive reading
-//! (matching more paths errs on the strict side) and refuses what it cannot read the same way
-//! as every upstream: encoded separators, backslashes, control characters, and their
-//! double-encoded forms.
+//! case-insensitively or ignore a trailing slash; Node's `new URL(target, base)` reads a target
+//! starting with `//` as a host and a path; Windows servers drop a segment's trailing dots and
+//! spaces, and Python's `str.strip()` any Unicode whitespace; Rails `(.:format)` routes and
+//! Spring's suffix matching send `/x.json` to the action of `/x`. sluice matches the most
+//! inclusive reading (matching more paths errs on the strict side) and refuses what it cannot
+//! read the same way as every upstream: encoded separators, backslashes, control characters,
+//! their double-encoded forms, a leading `//`, and segments ending in a dot or whitespace.
 
 use std::borrow::Cow;
 
@@ -29,6 +33,88 @@ pub enum PathRefusal {
     /// A `%` not followed by two hex digits: not a URI (many servers refuse it; others guess).
     #[error("The path has a `%` that is not an escape.")]
     BadEscape,
+    /// The path starts with `//`, as sent or once its dot segments are resolved (`/..//x`,
+    /// `/%2e//x`): a URL parser given it as a reference (Node's `new URL(req.url, base)`)
+    /// reads the first segment as a host and routes the rest (`//evil/api/items` is
+    /// `/api/items`), while sluice would read one path.
+    #[error("The path starts with `//`, which URL parsers read as a host name followed by another path.")]
+    LeadingDoubleSlash,
+    /// A segment ends in `.` (raw, `%2e`, or a Unicode full stop such as `%EF%BC%8E`) other
+    /// than the dot segments `.` and `..`: Windows servers drop trailing dots, so
+    /// `/api/password-reset.` and `/api./x` name `/api/password-reset` and `/api/x` to them.
+    #[error("A segment of the path ends in `.`, which some servers drop.")]
+    TrailingDot,
+    /// A segment ends in whitespace (`%20`, `%C2%A0`, `%E3%80%80`, a Latin-1 `%A0`...):
+    /// servers and applications that trim it (Windows, Python's `str.strip()`) read the path
+    /// without it.
+    #[error("A segment of the path ends in whitespace, which some servers trim.")]
+    TrailingWhitespace,
+}
+
+/// A route's path, as it matches the normal form of requests' paths ([`request_path`]). Every
+/// face that routes requests (the gateway, forward-auth, the simulator's judge) matches through
+/// [`PathPattern::matches_normal`].
+///
+/// ```
+/// use sluice_config::{PathPattern, PathShape};
+/// let reset = PathPattern { shape: PathShape::Path("/api/password-reset".into()), exact: false };
+/// assert!(reset.matches_normal("/api/password-reset"));
+/// assert!(reset.matches_normal("/api/password-reset.json"), "Rails' (.:format), Spring's suffix match");
+/// assert!(!reset.matches_normal("/api/password-resets") && !reset.matches_normal("/api/password-reset/x"));
+/// let exact = PathPattern { exact: true, ..reset };
+/// assert!(!exact.matches_normal("/api/password-reset.json"));
+/// let api = PathPattern { shape: PathShape::Prefix("/api/".into()), exact: false };
+/// assert!(api.matches_normal("/api") && api.matches_normal("/api.xml") && api.matches_normal("/api/x.json"));
+/// assert!(!api.matches_normal("/apix"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathPattern {
+    /// The path, or the prefix, in normal form.
+    pub shape: PathShape,
+    /// Only the path as written (`exact = true`). Otherwise a format suffix on the last segment
+    /// matches too (`/x.json`, `/x.tar.gz`; for `/api/*`, `/api.json`): applications that route
+    /// those to the action of `/x` (Rails, Spring) would otherwise serve them unlimited.
+    pub exact: bool,
+}
+
+/// Which paths a [`PathPattern`] names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathShape {
+    /// This path only.
+    Path(String),
+    /// Paths that start with this prefix (which ends in `/`), and the prefix without it.
+    Prefix(String),
+}
+
+impl PathPattern {
+    /// True when `path` (no query string) matches, after [`normalize_path`].
+    pub fn matches(&self, path: &str) -> bool {
+        self.matches_normal(&normalize_path(path))
+    }
+
+    /// True when `path`, already in normal form ([`request_path`]), matches.
+    pub fn matches_normal(&self, path: &str) -> bool {
+        let whole = match &self.shape {
+            PathShape::Path(p) => p.as_str(),
+            PathShape::Prefix(p) if path.starts_with(p.as_str()) => return true,
+            PathShape::Prefix(p) => &p[..p.len() - 1],
+        };
+        match path.strip_prefix(whole) {
+            Some("") => true,
+            // `.ext` on the last segment: the rest holds no `/`.
+            Some(rest) => !self.exact && rest.starts_with('.') && !rest.contains('/'),
+            None => false,
+        }
+    }
+}
+
+impl std::fmt::Display for PathPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.shape {
+            PathShape::Path(p) => f.write_str(p),
+            PathShape::Prefix(p) => write!(f, "{p}*"),
+        }
+    }
 }
 
 /// The form of a route's configured path: like [`request_path`], but total (a configured
@@ -47,7 +133,9 @@ pub fn normalize_path(path: &str) -> Cow<'_, str> {
 /// The form of a request's path that routes are matched against and the `path` key part reads:
 /// each segment's `;parameters` dropped (raw or `%3B`), percent-encoded unreserved characters
 /// decoded, `.` and `..` resolved, repeated and trailing slashes dropped, ASCII lower-cased.
-/// Refused: encoded separators, backslashes, control characters, double encodings.
+/// Refused: encoded separators, backslashes, control characters, double encodings, a leading
+/// `//` (as sent or once dot segments are resolved), a segment ending in `.` or whitespace
+/// (however spelled). A `//` further on is one `/`, as before.
 ///
 /// ```
 /// use sluice_config::{request_path, PathRefusal};
@@ -58,13 +146,18 @@ pub fn normalize_path(path: &str) -> Cow<'_, str> {
 /// assert_eq!(request_path("/api\\password-reset"), Err(PathRefusal::Backslash));
 /// assert_eq!(request_path("/api/password-reset%00"), Err(PathRefusal::Control));
 /// assert_eq!(request_path("/api%252Fpassword-reset"), Err(PathRefusal::DoubleEncoded));
+/// assert_eq!(request_path("//127.0.0.1/api/items"), Err(PathRefusal::LeadingDoubleSlash));
+/// assert_eq!(request_path("/api/password-reset."), Err(PathRefusal::TrailingDot));
+/// assert_eq!(request_path("/api/password-reset%20"), Err(PathRefusal::TrailingWhitespace));
+/// assert_eq!(request_path("/api//items.json").unwrap(), "/api/items.json");
 /// ```
 pub fn request_path(path: &str) -> Result<Cow<'_, str>, PathRefusal> {
     // Already normal (the common case, `/api/v1/items.json`): borrowed, nothing allocated.
     let plain = path.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_~./".contains(&b))
         && !path.contains("//")
         && (path.len() <= 1 || !path.ends_with('/'))
-        && path.split('/').all(|seg| seg != "." && seg != "..");
+        // No dot segment, and no segment ending in a dot.
+        && path.split('/').all(|seg| !seg.ends_with('.'));
     if plain && path.starts_with('/') {
         return Ok(Cow::Borrowed(path));
     }
@@ -96,7 +189,73 @@ fn check(path: &str) -> Result<(), PathRefusal> {
             _ => {}
         }
     }
+    // Segment by segment, as `normalize` reads them: which end in a dot or whitespace, and
+    // whether the resolved path would start with an empty segment (`//`).
+    let mut kept_empty: Vec<bool> = Vec::new();
+    for raw in path.strip_prefix('/').unwrap_or(path).split('/') {
+        let seg = percent_decoded(params_cut(raw));
+        match seg.as_slice() {
+            b"." => {}
+            b".." => {
+                kept_empty.pop();
+            }
+            _ => {
+                check_ending(&seg)?;
+                kept_empty.push(seg.is_empty());
+            }
+        }
+    }
+    if kept_empty.len() > 1 && kept_empty[0] {
+        return Err(PathRefusal::LeadingDoubleSlash);
+    }
     Ok(())
+}
+
+/// Characters that NFKC (and so some applications) reads as `.`: one dot leader, small full
+/// stop, fullwidth full stop.
+const COMPATIBLE_FULL_STOPS: [char; 3] = ['\u{2024}', '\u{fe52}', '\u{ff0e}'];
+
+/// Refuses a decoded segment that ends in a dot or whitespace, in UTF-8 or, when the segment is
+/// not UTF-8, as a Latin-1 reader sees it (NBSP `%A0`, NEL `%85`).
+fn check_ending(seg: &[u8]) -> Result<(), PathRefusal> {
+    let last = match std::str::from_utf8(seg) {
+        Ok(text) => text.chars().next_back(),
+        Err(_) => seg.last().map(|&b| char::from(b)),
+    };
+    match last {
+        Some(c) if c == '.' || COMPATIBLE_FULL_STOPS.contains(&c) => Err(PathRefusal::TrailingDot),
+        Some(c) if c.is_whitespace() => Err(PathRefusal::TrailingWhitespace),
+        _ => Ok(()),
+    }
+}
+
+/// A segment up to its first `;` (raw or `%3B`): what servers that drop parameters keep.
+fn params_cut(raw: &str) -> &str {
+    let bytes = raw.as_bytes();
+    let end = (0..bytes.len())
+        .find(|&i| bytes[i] == b';' || (bytes[i] == b'%' && hex_at(bytes, i + 1) == Some(b';')))
+        .unwrap_or(bytes.len());
+    &raw[..end]
+}
+
+/// Every `%XX` escape of `raw` decoded (a `%` without two hex digits is kept as it is).
+fn percent_decoded(raw: &str) -> Vec<u8> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], hex_at(bytes, i + 1)) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The byte `%XX` at `bytes[at..at + 2]` encodes, if those are two hex digits.
@@ -134,20 +293,15 @@ fn normalize(path: &str) -> String {
 /// One segment up to its first `;` (raw or `%3B`), `%XX` of unreserved characters decoded,
 /// ASCII lower-cased.
 fn decode_segment(raw: &str) -> String {
+    let raw = params_cut(raw);
     let bytes = raw.as_bytes();
     let mut out = String::with_capacity(raw.len());
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
-        if b == b';' {
-            break;
-        }
         if b == b'%'
             && let Some(v) = hex_at(bytes, i + 1)
         {
-            if v == b';' {
-                break;
-            }
             if v.is_ascii_alphanumeric() || b"-._~".contains(&v) {
                 out.push(v.to_ascii_lowercase() as char);
             } else {
@@ -174,7 +328,8 @@ mod tests {
         for spelling in [
             "/api/password-reset",
             "/api/password-reset/",
-            "//api//password-reset",
+            "/api//password-reset",
+            "/api///password-reset//",
             "/api/./password-reset",
             "/API/Password-Reset",
             "/api/x/../password-reset",
@@ -217,6 +372,133 @@ mod tests {
         assert_eq!(request_path("/a/100%25").unwrap(), "/a/100%25");
         assert_eq!(request_path("/a/100%25-off").unwrap(), "/a/100%25-off");
         assert_eq!(request_path("/a/%41%2a").unwrap(), "/a/a%2a");
+    }
+
+    #[test]
+    fn a_leading_double_slash_is_refused_however_it_is_reached() {
+        for path in [
+            "//127.0.0.1/api/items",
+            "//evil/api/items",
+            "//",
+            "///api/items",
+            "/..//evil/api/items",
+            "/.//evil/api/items",
+            "/%2e//evil/api/items",
+            "/%2E%2e//evil/api/items",
+            "/x/..//evil/api/items",
+            "/x/%2e%2e//evil",
+            "/.;a//evil/api/items",
+            "/x/../..//evil",
+            "/x/..//",
+        ] {
+            assert_eq!(request_path(path), Err(PathRefusal::LeadingDoubleSlash), "{path}");
+        }
+        // Further on, `//` is one `/`; dot segments that leave one `/` are fine.
+        for (path, normal) in [
+            ("/api//items", "/api/items"),
+            ("/api/items//", "/api/items"),
+            ("/x/../api//items", "/api/items"),
+            ("/x/../", "/"),
+            ("/./api", "/api"),
+            ("/..", "/"),
+            ("/", "/"),
+        ] {
+            assert_eq!(request_path(path).as_deref(), Ok(normal), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_segment_ending_in_a_dot_or_whitespace_is_refused_however_spelled() {
+        for path in [
+            "/api/password-reset.",
+            "/api/password-reset%2e",
+            "/api/password-reset%2E",
+            "/api/password-reset..",
+            "/api/password-reset...",
+            "/api/password-reset./",
+            "/api/password-reset.;x=1",
+            "/api./password-reset",
+            "/api/password-reset%ef%bc%8e",
+            "/api/password-reset%EF%B9%92",
+            "/api/password-reset%e2%80%a4",
+            "/api/...",
+        ] {
+            assert_eq!(request_path(path), Err(PathRefusal::TrailingDot), "{path}");
+        }
+        for path in [
+            "/api/password-reset%20",
+            "/api/password-reset%20/",
+            "/api/password-reset%20;x",
+            "/api%20/password-reset",
+            "/api/x/..%20/password-reset",
+            "/api/x/.%20",
+            "/api/password-reset%c2%a0",
+            "/api/password-reset%C2%85",
+            "/api/password-reset%e3%80%80",
+            "/api/password-reset%e2%80%82",
+            "/api/password-reset%e2%80%a8",
+            "/api/password-reset%a0",
+            "/api/password-reset%85",
+            "/api/password-reset ",
+        ] {
+            assert_eq!(request_path(path), Err(PathRefusal::TrailingWhitespace), "{path}");
+        }
+        // Tabs, line feeds and other controls were refused before, as controls.
+        assert_eq!(request_path("/api/password-reset%09"), Err(PathRefusal::Control));
+        // Dots and spaces inside a segment, dot segments, and UTF-8 ending in byte A0 stay.
+        for (path, normal) in [
+            ("/api/v1.2/items.json", "/api/v1.2/items.json"),
+            ("/files/my%20report.pdf", "/files/my%20report.pdf"),
+            ("/wiki/voil%C3%A0", "/wiki/voil%c3%a0"),
+            ("/.well-known/x", "/.well-known/x"),
+            ("/a/./b/../c", "/a/c"),
+            ("/a/b;x=1./c", "/a/b/c"),
+        ] {
+            assert_eq!(request_path(path).as_deref(), Ok(normal), "{path}");
+        }
+    }
+
+    fn path_route(p: &str) -> PathPattern {
+        PathPattern { shape: PathShape::Path(p.into()), exact: false }
+    }
+
+    fn prefix_route(p: &str) -> PathPattern {
+        PathPattern { shape: PathShape::Prefix(p.into()), exact: false }
+    }
+
+    #[test]
+    fn a_format_suffix_on_the_last_segment_matches_unless_the_route_is_exact() {
+        let reset = path_route("/api/password-reset");
+        for spelling in [
+            "/api/password-reset",
+            "/api/password-reset.json",
+            "/api/password-reset.xml",
+            "/api/password-reset.tar.gz",
+            "/api/password-reset..json",
+        ] {
+            assert!(reset.matches_normal(spelling), "{spelling}");
+            assert!(reset.matches(&spelling.to_ascii_uppercase()), "{spelling}");
+        }
+        for other in ["/api/password-resets", "/api/password-reset/x", "/api/password-reset.json/x", "/api/password"] {
+            assert!(!reset.matches_normal(other), "{other}");
+        }
+        let exact = PathPattern { exact: true, ..reset };
+        assert!(exact.matches_normal("/api/password-reset"));
+        assert!(!exact.matches_normal("/api/password-reset.json"));
+
+        let api = prefix_route("/api/");
+        for spelling in ["/api", "/api.json", "/api/x", "/api/x.json", "/api/x/y.tar.gz", "/api.v2.xml"] {
+            assert!(api.matches_normal(spelling), "{spelling}");
+        }
+        for other in ["/apix", "/apix.json", "/ap", "/api.json/x"] {
+            assert!(!api.matches_normal(other), "{other}");
+        }
+        let exact_api = PathPattern { exact: true, ..api };
+        assert!(exact_api.matches_normal("/api") && exact_api.matches_normal("/api/x.json"));
+        assert!(!exact_api.matches_normal("/api.json"));
+        // `/*` is every path; `/` alone is the root and its suffixes.
+        assert!(prefix_route("/").matches_normal("/anything.json") && prefix_route("/").matches_normal("/"));
+        assert!(path_route("/").matches_normal("/.json") && !path_route("/").matches_normal("/x"));
     }
 
     /// Every escape decoded once.
@@ -269,6 +551,56 @@ mod tests {
         Some(format!("/{}", segs.join("/")))
     }
 
+    /// What the application behind a permissive reader acts on, after `upstream_reading`:
+    /// Node's `new URL(target, base)` reads a leading `//` as a host (`authority`), Windows
+    /// servers and `str.strip()` drop a segment's trailing dots and whitespace (`trim`), Rails'
+    /// `(.:format)` and Spring's suffix matching drop a `.ext` from the last segment (`suffix`).
+    fn application_reading(decoded: &str, authority: bool, trim: bool, suffix: bool) -> String {
+        let mut rest = decoded;
+        if authority && let Some(after) = decoded.strip_prefix("//") {
+            rest = after.find('/').map_or("/", |i| &after[i..]);
+        }
+        let mut segs: Vec<String> = rest.split('/').filter(|s| !s.is_empty()).map(str::to_string).collect();
+        if trim {
+            for s in segs.iter_mut().filter(|s| *s != "." && *s != "..") {
+                *s = s
+                    .trim_end_matches(|c: char| c == '.' || c.is_whitespace() || COMPATIBLE_FULL_STOPS.contains(&c))
+                    .into();
+            }
+        }
+        let mut out: Vec<String> = Vec::new();
+        for s in segs {
+            match s.as_str() {
+                "" | "." => {}
+                ".." => {
+                    out.pop();
+                }
+                _ => out.push(s),
+            }
+        }
+        if suffix
+            && let Some(last) = out.last_mut()
+            && let Some(dot) = last.get(1..).and_then(|s| s.find('.'))
+        {
+            last.truncate(dot + 1);
+        }
+        format!("/{}", out.join("/"))
+    }
+
+    /// Every reading the differential test compares sluice with: decoded once or twice, each
+    /// with every combination of the application's liberties.
+    fn readings(path: &str) -> Vec<String> {
+        let once = upstream_reading(path);
+        let twice = decode_once(path).and_then(|p| upstream_reading(&p));
+        let mut out = Vec::new();
+        for decoded in [once, twice].into_iter().flatten() {
+            for flags in 0..8u8 {
+                out.push(application_reading(&decoded, flags & 1 != 0, flags & 2 != 0, flags & 4 != 0));
+            }
+        }
+        out
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(4000)))]
 
@@ -285,6 +617,12 @@ mod tests {
                 Just("API".to_string()), Just("Password-Reset".to_string()), Just("%00".to_string()),
                 Just("%25".to_string()), Just("%2570assword-reset".to_string()), Just("%2561pi".to_string()),
                 Just("p%25%36%31ssword-reset".to_string()),
+                Just("password-reset.json".to_string()), Just("Password-Reset.XML".to_string()),
+                Just("password-reset.tar.gz".to_string()), Just(".json".to_string()), Just("password-reset.".to_string()),
+                Just("password-reset%2e".to_string()), Just("password-reset%20".to_string()),
+                Just("password-reset%c2%a0".to_string()), Just("password-reset%ef%bc%8e".to_string()),
+                Just("api.".to_string()), Just("api%20".to_string()), Just("..%20".to_string()), Just(".%20".to_string()),
+                Just("127.0.0.1".to_string()), Just("evil".to_string()), Just("api.json".to_string()),
             ], 1..8),
         ) {
             let path = format!("/{}", parts.join("/"));
@@ -296,6 +634,19 @@ mod tests {
                 && (once.as_deref() == Some("/api/password-reset") || twice.as_deref() == Some("/api/password-reset"))
             {
                 prop_assert_eq!(ours.as_ref(), "/api/password-reset", "{}", path);
+            }
+            // Rails, Spring, Node and Windows readings too, against a path route and a prefix
+            // route: what any of them acts on as the limited path, sluice matches or refuses.
+            if let Ok(ours) = request_path(&path) {
+                let (reset, api) = (path_route("/api/password-reset"), prefix_route("/api/"));
+                for read in readings(&path) {
+                    if read == "/api/password-reset" {
+                        prop_assert!(reset.matches_normal(&ours), "{} read as {}, sluice: {}", path, read, ours);
+                    }
+                    if read == "/api" || read.starts_with("/api/") {
+                        prop_assert!(api.matches_normal(&ours), "{} read as {}, sluice: {}", path, read, ours);
+                    }
+                }
             }
         }
 

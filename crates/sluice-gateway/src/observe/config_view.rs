@@ -46,6 +46,7 @@ pub fn config_json(c: &Config) -> Value {
         "routes": c.routes.iter().map(|r| json!({
             "name": r.name,
             "path": r.path.to_string(),
+            "exact": r.path.exact,
             "methods": r.methods,
             "limits": r.limits.iter().map(|l| {
                 let mut v = json!({
