@@ -39,6 +39,11 @@ pub enum PathRefusal {
     /// `/api/items`), while sluice would read one path.
     #[error("The path starts with `//`, which URL parsers read as a host name followed by another path.")]
     LeadingDoubleSlash,
+    /// A `..` right after an empty segment (`/api/password-reset//..`): a URL parser (RFC 3986,
+    /// Node's `URL`) lets it drop the empty segment (`/api/password-reset/`), a server that
+    /// merges slashes first (nginx, sluice's normal form) the segment before it (`/api`).
+    #[error("The path has `..` after `//`, which servers resolve to different paths.")]
+    DotDotAfterDoubleSlash,
     /// A segment ends in `.` (raw, `%2e`, or a Unicode full stop such as `%EF%BC%8E`) other
     /// than the dot segments `.` and `..`: Windows servers drop trailing dots, so
     /// `/api/password-reset.` and `/api./x` name `/api/password-reset` and `/api/x` to them.
@@ -197,7 +202,9 @@ fn check(path: &str) -> Result<(), PathRefusal> {
         match seg.as_slice() {
             b"." => {}
             b".." => {
-                kept_empty.pop();
+                if kept_empty.pop() == Some(true) {
+                    return Err(PathRefusal::DotDotAfterDoubleSlash);
+                }
             }
             _ => {
                 check_ending(&seg)?;
@@ -405,6 +412,16 @@ mod tests {
         ] {
             assert_eq!(request_path(path).as_deref(), Ok(normal), "{path}");
         }
+    }
+
+    #[test]
+    fn dot_dot_after_a_double_slash_is_refused() {
+        for path in ["/api/password-reset//..", "/api//%2e%2e", "/a//../b", "/a/.//../b", "/a//..;x/b"] {
+            assert_eq!(request_path(path), Err(PathRefusal::DotDotAfterDoubleSlash), "{path}");
+        }
+        // `..` after a segment, or after a trailing slash's end, is resolved as before.
+        assert_eq!(request_path("/api/x/../password-reset").as_deref(), Ok("/api/password-reset"));
+        assert_eq!(request_path("/api/x/..//password-reset").as_deref(), Ok("/api/password-reset"));
     }
 
     #[test]

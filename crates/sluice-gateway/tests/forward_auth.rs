@@ -189,6 +189,7 @@ async fn original_paths_are_normalised_and_refused_as_the_gateway_does() {
         "//api/items/",
         "/..//evil/api/items",
         "http://proxy.example//evil/api/items",
+        "/api/items//..",
         // A trailing dot or whitespace, which Windows servers and `str.strip()` drop.
         "/api/items.",
         "/api/items%2e",
