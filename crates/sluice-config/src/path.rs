@@ -194,8 +194,9 @@ fn check(path: &str) -> Result<(), PathRefusal> {
             _ => {}
         }
     }
-    // Segment by segment, as `normalize` reads them: which end in a dot or whitespace, and
-    // whether the resolved path would start with an empty segment (`//`).
+    // Segment by segment, as `normalize` reads them: which end in a dot or whitespace; and,
+    // resolving dot segments as URL parsers do (empty segments kept), whether a `..` drops an
+    // empty segment or the result starts with one (`//`).
     let mut kept_empty: Vec<bool> = Vec::new();
     for raw in path.strip_prefix('/').unwrap_or(path).split('/') {
         let seg = percent_decoded(params_cut(raw));
@@ -520,40 +521,13 @@ mod tests {
 
     /// Every escape decoded once.
     fn decode_once(path: &str) -> Option<String> {
-        let b = path.as_bytes();
-        let mut decoded = Vec::new();
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b'%'
-                && let Some(v) = hex_at(b, i + 1)
-            {
-                decoded.push(v);
-                i += 3;
-                continue;
-            }
-            decoded.push(b[i]);
-            i += 1;
-        }
-        String::from_utf8(decoded).ok()
+        String::from_utf8(percent_decoded(path)).ok()
     }
 
-    /// Decodes like a permissive upstream would: every escape once, `\` as `/`, params dropped.
+    /// Decodes like a permissive upstream would: every escape once, `\` as `/`, params dropped,
+    /// slashes merged before dot segments are resolved (as nginx does).
     fn upstream_reading(path: &str) -> Option<String> {
-        let mut decoded = Vec::new();
-        let b = path.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b'%'
-                && let Some(v) = hex_at(b, i + 1)
-            {
-                decoded.push(v);
-                i += 3;
-                continue;
-            }
-            decoded.push(b[i]);
-            i += 1;
-        }
-        let text = String::from_utf8(decoded).ok()?.replace('\\', "/");
+        let text = decode_once(path)?.replace('\\', "/");
         let mut segs: Vec<String> = Vec::new();
         for s in text.split('/') {
             let s = s.split(';').next().unwrap_or("").to_ascii_lowercase();
