@@ -35,7 +35,7 @@ mod validate;
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use model::*;
-pub use path::{PathRefusal, normalize_path, request_path};
+pub use path::{PathPattern, PathRefusal, PathShape, normalize_path, request_path};
 pub use secret::{REDACTED, Secret, SecretUrl};
 pub use validate::DEFAULT_LISTEN;
 

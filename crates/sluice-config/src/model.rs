@@ -7,9 +7,9 @@ use ipnet::IpNet;
 use sluice_core::{Nanos, Policy};
 use sluice_store::WhenFull;
 
-use crate::path::normalize_path;
 #[cfg(doc)]
 use crate::path::request_path;
+use crate::path::{PathPattern, PathShape, normalize_path};
 use crate::secret::{Secret, SecretUrl};
 
 /// A whole, validated configuration.
@@ -314,7 +314,7 @@ pub struct PolicyConfig {
 pub struct Route {
     /// The route's name (its path unless given), used in metrics and `route` key parts.
     pub name: String,
-    /// Which paths it matches.
+    /// Which paths it matches (with a format suffix, `/x.json`, unless `exact = true`).
     pub path: PathPattern,
     /// Upper-case methods it matches; `None` matches every method.
     pub methods: Option<Vec<String>>,
@@ -353,36 +353,18 @@ impl Loosen {
     }
 }
 
-/// A route's path: exact, or a prefix written `/api/*`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PathPattern {
-    /// Matches this path only.
-    Exact(String),
-    /// Matches paths that start with this prefix (which ends in `/`), and the prefix without it.
-    Prefix(String),
-}
-
-impl PathPattern {
-    /// True when `path` (no query string) matches, after [`normalize_path`].
-    pub fn matches(&self, path: &str) -> bool {
-        self.matches_normal(&normalize_path(path))
-    }
-
-    /// True when `path`, already passed through [`normalize_path`], matches.
-    pub fn matches_normal(&self, path: &str) -> bool {
-        match self {
-            PathPattern::Exact(p) => p == path,
-            PathPattern::Prefix(p) => path.starts_with(p.as_str()) || path == &p[..p.len() - 1],
-        }
-    }
-}
-
-impl fmt::Display for PathPattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PathPattern::Exact(p) => f.write_str(p),
-            PathPattern::Prefix(p) => write!(f, "{p}*"),
-        }
+impl Config {
+    /// True when requests no route matches are let through unlimited — proxied to the upstream,
+    /// or answered `unlimited` to a forward-auth proxy — because no route catches them all: a
+    /// `/*` route for every method with a limit that is enforced (not shadow). A new path on the
+    /// upstream is then unlimited until someone writes its route.
+    pub fn passes_unrouted_unlimited(&self) -> bool {
+        let catch_all = |r: &Route| {
+            r.path.shape == PathShape::Prefix("/".into())
+                && r.methods.is_none()
+                && r.limits.iter().any(|l| self.policies.get(l.policy).is_some_and(|p| !p.shadow))
+        };
+        (self.upstream.is_some() || self.forward_auth.is_some()) && !self.routes.iter().any(catch_all)
     }
 }
 

@@ -76,6 +76,8 @@ pub(crate) struct RawPolicy {
 pub(crate) struct RawRoute {
     pub name: Option<String>,
     pub path: String,
+    #[serde(default)]
+    pub exact: bool,
     pub methods: Option<Vec<String>>,
     pub cost: Option<u64>,
     #[serde(default)]

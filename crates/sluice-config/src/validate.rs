@@ -14,7 +14,7 @@ use sluice_store::{FoldSize, MAX_FOLD_DEPTH, WhenFull};
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
 use crate::model::*;
-use crate::path::{normalize_path, request_path};
+use crate::path::{PathPattern, PathShape, normalize_path, request_path};
 use crate::raw::*;
 use crate::secret::{SecretUrl, read_secret};
 
@@ -404,15 +404,16 @@ fn route(
     if let Err(why) = request_path(&r.path) {
         return Err(err("path", format!("`{}`: {why} Routes name paths as clients send them.", r.path)));
     }
-    let path = match r.path.strip_suffix('*') {
+    let shape = match r.path.strip_suffix('*') {
         Some(prefix) if prefix.ends_with('/') => {
             let norm = normalize_path(prefix);
-            PathPattern::Prefix(if norm == "/" { norm.into_owned() } else { format!("{norm}/") })
+            PathShape::Prefix(if norm == "/" { norm.into_owned() } else { format!("{norm}/") })
         }
         Some(_) => return Err(err("path", format!("`{}`: a prefix must end in `/*`, like `/api/*`", r.path))),
         None if r.path.contains('*') => return Err(err("path", format!("`{}`: `*` only at the end", r.path))),
-        None => PathPattern::Exact(normalize_path(&r.path).into_owned()),
+        None => PathShape::Path(normalize_path(&r.path).into_owned()),
     };
+    let path = PathPattern { shape, exact: r.exact };
     let methods = r.methods.map(|ms| ms.iter().map(|m| m.to_ascii_uppercase()).collect::<Vec<_>>());
     if let Some(ms) = &methods
         && let Some(bad) = ms.iter().find(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()))

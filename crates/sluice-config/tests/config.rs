@@ -1,6 +1,6 @@
 //! The configuration contract: the issue's example parses, and every error names file, line, field.
 
-use sluice_config::{HeaderStyle, KeySource, OnDeny, PathPattern, StoreConfig, parse};
+use sluice_config::{HeaderStyle, KeySource, OnDeny, PathPattern, PathShape, StoreConfig, parse};
 use sluice_store::{FoldSize, WhenFull};
 
 const EXAMPLE: &str = include_str!("../../../examples/gateway.toml");
@@ -19,7 +19,7 @@ fn the_documented_example_parses_into_the_expected_model() {
         ["sliding-log", "token-bucket", "leaky-bucket"]
     );
     let reset = &cfg.routes[0];
-    assert_eq!(reset.path, PathPattern::Exact("/api/password-reset".into()));
+    assert_eq!(reset.path, PathPattern { shape: PathShape::Path("/api/password-reset".into()), exact: false });
     assert!(reset.matches("POST", "/api/password-reset"));
     assert!(!reset.matches("GET", "/api/password-reset"));
     // Spellings an upstream would serve as the same resource cannot slip past the limit.
@@ -272,4 +272,59 @@ fn a_full_memory_store_folds_by_default_refuses_or_forgets_when_told() {
     assert!(e.starts_with("s.toml:3: store.fold_depth:") && e.contains("between 1 and 8"), "{e}");
     let e = when_full("fold_width = 0\n").unwrap_err();
     assert!(e.starts_with("s.toml:3: store.fold_width:"), "{e}");
+}
+
+#[test]
+fn a_route_matches_format_suffixes_unless_it_is_exact() {
+    let policy = "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n";
+    let cfg = parse(
+        "t.toml",
+        &format!(
+            "{policy}[[route]]\npath = \"/api/password-reset\"\nlimits = [{{ policy = \"p\", key = \"ip\" }}]\n\
+             [[route]]\npath = \"/api/items\"\nexact = true\nlimits = [{{ policy = \"p\", key = \"ip\" }}]\n"
+        ),
+    )
+    .unwrap();
+    let (reset, items) = (&cfg.routes[0], &cfg.routes[1]);
+    assert!(!reset.path.exact && items.path.exact);
+    assert!(reset.matches("POST", "/api/password-reset.json") && reset.matches("POST", "/API/Password-Reset.XML"));
+    assert!(items.matches("GET", "/api/items") && !items.matches("GET", "/api/items.json"));
+    let e = error_of(&format!(
+        "{policy}[[route]]\npath = \"/x\"\nexact = \"yes\"\nlimits = [{{ policy = \"p\", key = \"ip\" }}]\n"
+    ));
+    assert!(e.starts_with("bad.toml:8:"), "{e}");
+}
+
+#[test]
+fn a_route_path_that_requests_could_not_send_is_refused() {
+    for (path, why) in [("//api/x", "starts with `//`"), ("/api/x.", "ends in `.`"), ("/api/x%20", "whitespace")] {
+        let e = error_of(&format!(
+            "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n\
+             [[route]]\npath = \"{path}\"\nlimits = [{{ policy = \"p\", key = \"ip\" }}]\n"
+        ));
+        assert!(e.starts_with("bad.toml:7: route[0].path:") && e.contains(why), "{path}: {e}");
+    }
+}
+
+#[test]
+fn unrouted_requests_pass_unlimited_unless_a_last_route_catches_them_all() {
+    let policies = "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n\
+                    [[policy]]\nname = \"s\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\nshadow = true\n";
+    let upstream = "[upstream]\nurl = \"http://127.0.0.1:9000\"\n";
+    let api = "[[route]]\npath = \"/api/*\"\nlimits = [{ policy = \"p\", key = \"ip\" }]\n";
+    let all = |methods: &str, policy: &str| {
+        format!("[[route]]\npath = \"/*\"\n{methods}limits = [{{ policy = \"{policy}\", key = \"ip\" }}]\n")
+    };
+    let unlimited = |text: &str| parse("t.toml", text).unwrap().passes_unrouted_unlimited();
+    // No upstream: sluice answers unrouted requests 404 itself.
+    assert!(!unlimited(&format!("{policies}{api}")));
+    assert!(unlimited(&format!("{upstream}{policies}{api}")));
+    assert!(!unlimited(&format!("{upstream}{policies}{api}{}", all("", "p"))));
+    // A catch-all for some methods only, or with a shadow limit only, lets the rest through.
+    assert!(unlimited(&format!("{upstream}{policies}{api}{}", all("methods = [\"GET\"]\n", "p"))));
+    assert!(unlimited(&format!("{upstream}{policies}{api}{}", all("", "s"))));
+    // Forward-auth answers unrouted originals `unlimited` too.
+    let fa = "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n[forward_auth]\n";
+    assert!(unlimited(&format!("{fa}{policies}{api}")));
+    assert!(!unlimited(&format!("{fa}{policies}{api}{}", all("", "p"))));
 }

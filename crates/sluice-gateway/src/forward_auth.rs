@@ -7,7 +7,10 @@
 //! - The original's method comes from `X-Forwarded-Method` (Traefik, Caddy) or
 //!   `X-Original-Method` (nginx recipes), its URI from `X-Forwarded-Uri` or `X-Original-URI`
 //!   (only the path is read; the query string never chooses a route). Missing, written in
-//!   several lines, or the two spellings naming different values: 400.
+//!   several lines, or the two spellings naming different values: 400. Its path is refused
+//!   (400) as the gateway refuses a target's: among others, a path starting with `//`, which an
+//!   application's URL parser reads as a host (`//evil/api/items` is `/api/items` to Node), in
+//!   the origin form or the absolute form (`http://host//evil/api/items`).
 //! - Only trusted proxies (`server.trusted_proxies`) are answered (403 otherwise, nothing
 //!   decided): whoever can ask names the client, and so could spend anyone's quota. The client
 //!   is resolved from the forwarding chain as usual, with the proxy as the peer; the other

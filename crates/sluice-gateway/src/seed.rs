@@ -423,6 +423,7 @@ impl Inspect for SeedService {
             "routes": [{
                 "name": SEED_ROUTE,
                 "path": SEED_ROUTE,
+                "exact": true,
                 "methods": [],
                 "limits": [{ "policy": self.policies.first().map(|p| p.name.as_str()), "key": "ip", "cost": 1 }],
             }],

@@ -184,6 +184,17 @@ async fn original_paths_are_normalised_and_refused_as_the_gateway_does() {
         "/api/%252e%252e/items",
         "/api/items%zz",
         "/api/items%",
+        // Node's URL parser reads a leading `//` as a host: `/api/items` to the application.
+        "//evil/api/items",
+        "//api/items/",
+        "/..//evil/api/items",
+        "http://proxy.example//evil/api/items",
+        "/api/items//..",
+        // A trailing dot or whitespace, which Windows servers and `str.strip()` drop.
+        "/api/items.",
+        "/api/items%2e",
+        "/api/items%20",
+        "/api/items%c2%a0",
     ] {
         let r = ask(&c, "GET", refused, &[]).await;
         assert_eq!(r.status, 400, "{refused}: {}", r.text());
@@ -192,9 +203,24 @@ async fn original_paths_are_normalised_and_refused_as_the_gateway_does() {
     // The gateway refuses the same path the same way (hyper's client sends it as written).
     assert_eq!(c.get("/api%2Fitems", &[]).await.status, 400);
     // Spellings of /api/items are /api/items; nothing above was charged.
-    let spellings = ["/API/./Items;jsessionid=x", "//api/items/", "/api/x/../items?z=1"];
+    let spellings = ["/API/./Items;jsessionid=x", "/api//items/", "/api/x/../items?z=1"];
     assert_eq!(admitted(&c, &spellings).await, [2, 1, 0]);
     assert_eq!(ask(&c, "GET", "/api/%69tems", &[]).await.status, 429);
+    // With a format suffix, it is the same route (Rails and Spring serve it the same action).
+    assert_eq!(ask(&c, "GET", "/api/items.json", &[]).await.status, 429);
+}
+
+#[tokio::test]
+async fn a_leading_double_slash_is_refused_in_both_spellings_of_the_original() {
+    let (gw, _clock) = start(CONFIG).await;
+    let c = Client::new(gw.addr);
+    for name in ["x-forwarded-uri", "x-original-uri"] {
+        let r = ask_raw(&c, &[("x-forwarded-method", "GET"), (name, "//evil/api/items")]).await;
+        assert_eq!(r.status, 400, "{name}: {}", r.text());
+        assert!(r.text().contains("starts with `//`"), "{name}: {}", r.text());
+    }
+    // Nothing was charged: the client still has its three.
+    assert_eq!(admitted(&c, &["/api/items", "/api/items.xml", "/api/items"]).await, [2, 1, 0]);
 }
 
 #[tokio::test]

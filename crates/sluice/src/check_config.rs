@@ -17,6 +17,9 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = sluice_config::load(&args.file)?;
     print!("{}", describe(&config));
+    if config.passes_unrouted_unlimited() {
+        eprintln!("warning: {UNROUTED_UNLIMITED}");
+    }
     if let Some(rls) = &config.rls {
         let d = sluice_rls::load_dir(&rls.descriptors)?;
         println!("rls: {} ({:?}), domains: {}", rls.listen, rls.charge, d.domain_names().join(", "));
@@ -24,6 +27,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("{}: OK", args.file.display());
     Ok(())
 }
+
+/// The warning for a configuration that lets requests no route matches through unlimited.
+pub const UNROUTED_UNLIMITED: &str = "requests that no route matches are let through unlimited \
+     (proxied to the upstream, or `unlimited` to forward-auth): a new or misspelt path escapes every limit. \
+     Add a last route `path = \"/*\"` with a per-client limit (README: \"Requests no route names\").";
 
 fn policy_text(p: &Policy) -> String {
     match p {
@@ -98,7 +106,8 @@ pub fn describe(c: &Config) -> String {
     let _ = writeln!(out, "routes:");
     for r in &c.routes {
         let methods = r.methods.as_ref().map_or("any method".to_string(), |m| m.join(","));
-        let _ = writeln!(out, "  {} [{}] ({methods})", r.path, r.name);
+        let exact = if r.path.exact { ", exact: no format suffix" } else { "" };
+        let _ = writeln!(out, "  {} [{}] ({methods}{exact})", r.path, r.name);
         for l in &r.limits {
             let when = match &l.plan {
                 Some(p) => match &p.plan {

@@ -160,6 +160,182 @@ fn no_spelling_of_a_limited_path_reaches_the_upstream_unlimited() {
     assert_eq!(up.requests().last().map(|r| r.path.clone()).as_deref(), Some("/other/abs?q=1"));
 }
 
+/// The path an application behind sluice acts on for the request target `target`, read as
+/// Node's `new URL(target, base)` (a leading `//` starts a host), Windows and Python's
+/// `str.strip()` (a segment's trailing dots and whitespace dropped) and Rails' `(.:format)` or
+/// Spring's suffix match (a `.ext` on the last segment dropped) read it, together.
+fn application_path(target: &str) -> String {
+    let path = target.split(['?', '#']).next().unwrap_or("");
+    let path = match path.strip_prefix("//") {
+        Some(after) => after.find('/').map_or("/", |i| &after[i..]),
+        None => path,
+    };
+    let mut bytes = Vec::new();
+    let mut rest = path.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        match (b, tail.get(..2).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())) {
+            (b'%', Some(v)) => {
+                bytes.push(v);
+                rest = &tail[2..];
+            }
+            _ => {
+                bytes.push(b);
+                rest = tail;
+            }
+        }
+    }
+    let decoded = String::from_utf8_lossy(&bytes).to_lowercase();
+    let mut segments: Vec<&str> = Vec::new();
+    for s in decoded.split('/') {
+        match s.trim_end_matches(|c: char| c == '.' || c.is_whitespace()) {
+            _ if s == ".." => {
+                segments.pop();
+            }
+            "" => {}
+            trimmed => segments.push(trimmed),
+        }
+    }
+    let last = segments.pop().map(|l| l.get(1..).and_then(|t| t.find('.')).map_or(l, |dot| &l[..=dot]));
+    format!("/{}", segments.into_iter().chain(last).collect::<Vec<_>>().join("/"))
+}
+
+#[test]
+fn a_target_starting_with_two_slashes_is_refused_not_routed_as_another_path() {
+    let (dir, up) = (TempDir::new("double-slash"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/*\"\nmethods = [\"GET\"]\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    assert_eq!(send(addr(&gw), &request("GET", "/api/items", &[], b"")).status, 200);
+    // Before: routed as `/127.0.0.1/api/items`, no route, proxied unlimited; Node's URL parser
+    // hands the application `/api/items`. Now: 400, in every spelling that reaches a leading `//`.
+    for target in [
+        "//127.0.0.1/api/items",
+        "//evil/api/items",
+        "///api/items",
+        "/..//evil/api/items",
+        "/%2e%2e//evil/api/items",
+        "/.//evil/api/items",
+        "http://sluice.test//127.0.0.1/api/items",
+    ] {
+        let res = send(addr(&gw), &request("GET", target, &[], b""));
+        assert_eq!(res.status, 400, "{target}: {}", res.text());
+        assert_eq!(res.json()["error"], "bad_request", "{target}");
+        assert!(res.json()["message"].as_str().unwrap().contains("starts with `//`"), "{target}");
+    }
+    // `//` further on is one `/`, as before: limited.
+    assert_eq!(send(addr(&gw), &request("GET", "/api//items", &[], b"")).status, 429);
+    let seen: Vec<String> = up.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(seen, ["/api/items"], "only the admitted request reached the upstream");
+    let acted = seen.iter().filter(|t| application_path(t).starts_with("/api/")).count();
+    assert_eq!(acted, 1, "the application acted on /api/* once, within the limit");
+    // Honest targets: a `//` inside an unrouted path, and the origin form of another host.
+    assert_eq!(send(addr(&gw), &request("GET", "/static//app.v2.js", &[], b"")).status, 200);
+    assert_eq!(send(addr(&gw), &request("GET", "http://sluice.test/other?next=//x", &[], b"")).status, 200);
+    assert_eq!(up.count(), 3);
+}
+
+#[test]
+fn forward_auth_refuses_an_original_starting_with_two_slashes_in_both_spellings() {
+    let (dir, up) = (TempDir::new("fa-double-slash"), Recorder::start());
+    let rest = format!(
+        "[forward_auth]\n{ONE_PER_HOUR}\n[[route]]\npath = \"/api/*\"\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "trusted_proxies = [\"127.0.0.1\"]", &rest);
+    let ask = |method: &str, uri_header: &str, uri: &str| {
+        let res = send(addr(&gw), &request("GET", "/v1/authz", &[(method, b"GET"), (uri_header, uri.as_bytes())], b""));
+        (res.status, res.text())
+    };
+    // Before: `//evil/api/items` matched no route and was answered 200 `unlimited`. Now: 400,
+    // whichever header names it, in origin or absolute form.
+    for (method, uri_header) in [("X-Forwarded-Method", "X-Forwarded-Uri"), ("X-Original-Method", "X-Original-URI")] {
+        for uri in ["//evil/api/items", "//127.0.0.1/api/items?x=1", "https://app.example//evil/api/items"] {
+            let (status, body) = ask(method, uri_header, uri);
+            assert_eq!(status, 400, "{uri_header}: {uri}: {body}");
+            assert!(body.contains("starts with `//`"), "{uri_header}: {uri}: {body}");
+        }
+        for uri in ["/api/items.", "/api/items%20"] {
+            assert_eq!(ask(method, uri_header, uri).0, 400, "{uri_header}: {uri}");
+        }
+    }
+    // Nothing above was charged: the honest original is admitted once, then limited, also
+    // with a format suffix.
+    assert_eq!(ask("X-Forwarded-Method", "X-Forwarded-Uri", "/api/items").0, 200);
+    assert_eq!(ask("X-Original-Method", "X-Original-URI", "/api/items.json").0, 429);
+    assert_eq!(ask("X-Forwarded-Method", "X-Forwarded-Uri", "/other//x").0, 200, "unrouted, as before");
+    assert_eq!(up.count(), 0, "forward-auth never forwards");
+}
+
+#[test]
+fn format_suffixes_and_trailing_dots_or_whitespace_do_not_escape_a_limit() {
+    let (dir, up) = (TempDir::new("suffix"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/password-reset\"\nmethods = [\"POST\"]\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n\
+         [[route]]\npath = \"/api/export\"\nexact = true\nlimits = [{{ policy = \"per-account\", key = [\"ip\", \"route\"] }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let post = |target: &str| send(addr(&gw), &request("POST", target, &[], b""));
+    assert_eq!(post("/api/password-reset").status, 200);
+    // Before: each was proxied unlimited, and Rails' `(.:format)`, Spring's suffix match,
+    // Windows or `str.strip()` served it as the password reset. Now: limited, or refused.
+    for (target, want) in [
+        ("/api/password-reset.json", 429),
+        ("/api/password-reset.xml", 429),
+        ("/api/password-reset.tar.gz", 429),
+        ("/API/Password-Reset.JSON", 429),
+        ("/api/password-reset.json?x=1", 429),
+        ("/api/password-reset.", 400),
+        ("/api/password-reset%2e", 400),
+        ("/api/password-reset./", 400),
+        ("/api/password-reset%20", 400),
+        ("/api/password-reset%C2%A0", 400),
+        ("/api/password-reset%e3%80%80", 400),
+        ("/api./password-reset", 400),
+        ("/api/x/..%20/password-reset", 400),
+        // Node's URL resolves `..` against the empty segment (`/api/password-reset/`), nginx
+        // and sluice's normal form against the one before it (`/api`): refused.
+        ("/api/password-reset//..", 400),
+        ("/api/password-reset%09", 400),
+    ] {
+        let res = post(target);
+        assert_eq!(res.status, want, "{target}: {}", res.text());
+    }
+    let seen: Vec<String> = up.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(seen, ["/api/password-reset"], "only the admitted request reached the upstream");
+    // An `exact = true` route takes its path only: its `.json` is another resource.
+    assert_eq!(post("/api/export").status, 200);
+    assert_eq!(post("/api/export").status, 429);
+    assert_eq!(post("/api/export.json").status, 200, "exact: the suffix is not the route");
+    // Honest paths with dots and spaces inside segments pass, unrouted as before.
+    for target in ["/api/v1.2/items", "/files/annual%20report.pdf", "/.well-known/security.txt", "/wiki/voil%C3%A0"] {
+        assert_eq!(post(target).status, 200, "{target}");
+    }
+    let acted = up.requests().iter().filter(|r| application_path(&r.path) == "/api/password-reset").count();
+    assert_eq!(acted, 1, "the application acted on the password reset once, the limit");
+}
+
+#[test]
+fn check_config_warns_when_unrouted_requests_pass_unlimited() {
+    let dir = TempDir::new("unrouted");
+    let route = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/password-reset\"\nlimits = [{{ policy = \"per-account\", key = \"ip\" }}]\n"
+    );
+    let upstream = "[upstream]\nurl = \"http://127.0.0.1:9000\"\n";
+    let catch_all = "[[route]]\npath = \"/*\"\nlimits = [{ policy = \"per-account\", key = \"ip\" }]\n";
+    let warned = |name: &str, text: &str| {
+        let (out, err, ok) = check_config(&dir.write(name, text), &[]);
+        assert!(ok && out.trim_end().ends_with(": OK"), "{name}: {out}{err}");
+        err.contains("warning: requests that no route matches are let through unlimited")
+    };
+    // Before: silent. Now: the proxying configuration without a catch-all route is named.
+    assert!(warned("proxy.toml", &format!("{upstream}{route}")));
+    let (_, err, _) = check_config(&dir.path("proxy.toml"), &[]);
+    assert!(err.contains("path = \"/*\""), "the warning says how: {err}");
+    // A last `/*` route with a limit, or no upstream (unrouted requests get 404), is quiet.
+    assert!(!warned("caught.toml", &format!("{upstream}{route}{catch_all}")));
+    assert!(!warned("answers.toml", &route));
+}
+
 #[test]
 fn identity_headers_from_untrusted_clients_never_reach_the_upstream() {
     let (dir, up) = (TempDir::new("strip"), Recorder::start());

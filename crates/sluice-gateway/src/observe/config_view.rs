@@ -48,6 +48,7 @@ pub fn config_json(c: &Config) -> Value {
         "routes": c.routes.iter().map(|r| json!({
             "name": r.name,
             "path": r.path.to_string(),
+            "exact": r.path.exact,
             "methods": r.methods,
             "loosen": r.loosen.names(),
             "limits": r.limits.iter().map(|l| {

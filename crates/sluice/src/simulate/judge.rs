@@ -12,6 +12,7 @@ use std::thread::Thread;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sluice_config::{Config, ForwardedHeader, KeySource, Route};
 use sluice_core::{ManualClock, Nanos};
+use sluice_gateway::routes;
 use sluice_http::keys::RequestFacts;
 use sluice_http::pipeline::{Limiter, route_path};
 use sluice_sim::{Judge, Judgement, LimitDecision, LimitInfo, LimitVerdict, LogRequest, RequestVerdict, RouteInfo};
@@ -167,9 +168,7 @@ impl Judge for ConfigJudge {
         // upstreams read differently is refused before any route.
         let Ok(path) = route_path(r.path()) else { return Judgement::Refused };
         let method = r.method();
-        let Some((index, route)) =
-            self.config.routes.iter().enumerate().find(|(_, rt)| rt.matches_normal(method, &path))
-        else {
+        let Some((index, route)) = routes::find(&self.config.routes, method, &path) else {
             return Judgement::Unmatched;
         };
         if !self.simulable[index] {
