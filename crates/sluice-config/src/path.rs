@@ -223,9 +223,20 @@ fn check(path: &str) -> Result<(), PathRefusal> {
 /// stop, fullwidth full stop.
 const COMPATIBLE_FULL_STOPS: [char; 3] = ['\u{2024}', '\u{fe52}', '\u{ff0e}'];
 
+/// Refuses a decoded segment that ends in a dot or whitespace — or whose stem before any `.`
+/// does, since an application that drops a format suffix first (`/x%20.json` is `/x ` to Rails,
+/// then `/x` once trimmed) reads that stem as the segment.
+fn check_ending(seg: &[u8]) -> Result<(), PathRefusal> {
+    check_end(seg)?;
+    for (i, _) in seg.iter().enumerate().filter(|(i, b)| **b == b'.' && *i > 0) {
+        check_end(&seg[..i])?;
+    }
+    Ok(())
+}
+
 /// Refuses a decoded segment that ends in a dot or whitespace, in UTF-8 or, when the segment is
 /// not UTF-8, as a Latin-1 reader sees it (NBSP `%A0`, NEL `%85`).
-fn check_ending(seg: &[u8]) -> Result<(), PathRefusal> {
+fn check_end(seg: &[u8]) -> Result<(), PathRefusal> {
     let last = match std::str::from_utf8(seg) {
         Ok(text) => text.chars().next_back(),
         Err(_) => seg.last().map(|&b| char::from(b)),
@@ -458,6 +469,9 @@ mod tests {
             "/api/password-reset%a0",
             "/api/password-reset%85",
             "/api/password-reset ",
+            // Before a format suffix: `password-reset ` to an application that drops `.json`.
+            "/api/password-reset%20.json",
+            "/api/password-reset%C2%A0.xml.gz",
         ] {
             assert_eq!(request_path(path), Err(PathRefusal::TrailingWhitespace), "{path}");
         }
