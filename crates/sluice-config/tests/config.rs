@@ -130,16 +130,26 @@ fn serde_errors_name_the_field_path() {
             "bad.toml:3: route[0].limits[0].key: expected a key: one string (`\"header:x-api-key|ip\"`) or an array of parts",
         ),
         (
-            "[[route]]\npath = \"/x\"\nlimits = [{ key = \"ip\", policy_by = \"user\", policies = { pro = 1 } }]\n".to_string(),
+            "[[route]]\npath = \"/x\"\nlimits = [{ key = \"ip\", policy_by = \"user\", policies = { pro = 1 } }]\n"
+                .to_string(),
             "bad.toml:3: route[0].limits[0].policies.pro: invalid type: integer `1`, expected a string",
         ),
         (
             "[server]\ntrusted_proxies = [\"10.0.0.0/8\", 3]\n".to_string(),
             "bad.toml:2: server.trusted_proxies[1]: invalid type: integer `3`, expected a string",
         ),
-        ("[identity.jwt]\nleeway = 5\n".to_string(), "bad.toml:2: identity.jwt.leeway: invalid type: integer `5`, expected a string"),
-        ("[identity]\njwt = { leeway = 5 }\n".to_string(), "bad.toml:2: identity.jwt.leeway: invalid type: integer `5`, expected a string"),
-        ("[store]\ncluster = \"yes\"\n".to_string(), "bad.toml:2: store.cluster: invalid type: string \"yes\", expected a boolean"),
+        (
+            "[identity.jwt]\nleeway = 5\n".to_string(),
+            "bad.toml:2: identity.jwt.leeway: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "[identity]\njwt = { leeway = 5 }\n".to_string(),
+            "bad.toml:2: identity.jwt.leeway: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "[store]\ncluster = \"yes\"\n".to_string(),
+            "bad.toml:2: store.cluster: invalid type: string \"yes\", expected a boolean",
+        ),
         ("[rls]\nlisten = \"127.0.0.1:1\"\n".to_string(), "bad.toml:1: rls.descriptors: missing field `descriptors`"),
         ("policy = 3\n".to_string(), "bad.toml:1: policy: invalid type: integer `3`, expected a sequence"),
     ] {

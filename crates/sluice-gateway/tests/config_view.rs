@@ -199,7 +199,8 @@ fn config_shows_every_field_the_file_accepts() {
     for secret in ["key_secret", "token", "hs256_secret"] {
         std::fs::write(dir.join(secret), format!("the {secret} kept in its own file\n")).unwrap();
     }
-    let ed25519 = format!(r#"{{"keys": [{{"kty": "OKP", "crv": "Ed25519", "kid": "one", "x": "{}"}}]}}"#, "A".repeat(43));
+    let ed25519 =
+        format!(r#"{{"keys": [{{"kty": "OKP", "crv": "Ed25519", "kid": "one", "x": "{}"}}]}}"#, "A".repeat(43));
     std::fs::write(dir.join("jwks.json"), ed25519).unwrap();
     // Setting a variable in-process needs `unsafe`, which the workspace forbids: any variable
     // long enough to be a secret will do.

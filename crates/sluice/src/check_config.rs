@@ -17,6 +17,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = sluice_config::load(&args.file)?;
     print!("{}", describe(&config));
+    // What serving would find at start: a snapshot it cannot write.
+    sluice_gateway::stores::check_snapshot(&config)?;
     if let Some(rls) = &config.rls {
         let d = sluice_rls::load_dir(&rls.descriptors)?;
         println!("rls: {} ({:?}), domains: {}", rls.listen, rls.charge, d.domain_names().join(", "));

@@ -5,8 +5,8 @@ use sluice_config::{
     Config, ForwardedHeader, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, Rls, RlsCharge, SecretUrl,
     StoreConfig, TokenSource,
 };
-use sluice_store::WhenFull;
 use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
+use sluice_store::WhenFull;
 
 /// The configuration in force, as the gateway understood it: defaults filled in, durations in
 /// milliseconds, policies by name. Every field the file accepts shows (under the name it has
