@@ -25,6 +25,7 @@
 
 mod duration;
 mod error;
+mod field_path;
 mod identity;
 mod model;
 mod path;
@@ -44,9 +45,13 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
     let src = error::Source { file, text };
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| src.line_of(s.start));
-        let message = e.message().to_string();
-        let field = field_from_message(&message);
-        src.error(line, field, message)
+        let field = field_path::field_of(text, &e)
+            .or_else(|| {
+                let named = ["unknown field `", "missing field `"].iter();
+                named.filter_map(|marker| field_path::backticked(e.message(), marker)).next().map(str::to_string)
+            })
+            .unwrap_or_else(|| "(syntax)".to_string());
+        src.error(line, field, serde_message(e.message()))
     })?;
     validate::validate(&src, raw)
 }
@@ -63,14 +68,10 @@ pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
     parse(&file, &text)
 }
 
-/// serde's messages name unknown or missing fields in backticks; use that as the field.
-fn field_from_message(message: &str) -> String {
-    for marker in ["unknown field `", "missing field `"] {
-        if let Some(rest) = message.split(marker).nth(1)
-            && let Some(name) = rest.split('`').next()
-        {
-            return name.to_string();
-        }
+/// serde's message, with the one that names a type of ours said in the file's terms.
+fn serde_message(message: &str) -> String {
+    if message.starts_with("data did not match any variant of untagged enum RawKey") {
+        return "expected a key: one string (`\"header:x-api-key|ip\"`) or an array of parts".to_string();
     }
-    "(syntax)".to_string()
+    message.to_string()
 }

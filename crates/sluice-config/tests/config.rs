@@ -77,7 +77,7 @@ fn errors_name_file_line_and_field() {
     assert!(e.starts_with("bad.toml:3: server.trusted_proxies:"), "{e}");
 
     let e = error_of("[server]\nlistn = \"0.0.0.0:1\"\n");
-    assert!(e.contains("bad.toml:2: listn:"), "{e}");
+    assert!(e.starts_with("bad.toml:2: server.listn: unknown field `listn`"), "{e}");
 
     let e = error_of("[[route]]\npath = \"/x\"\nlimits = [{ policy = \"nope\", key = \"ip\" }]\n");
     assert!(e.starts_with("bad.toml:3: route[0].limits[0]: no policy named `nope`"), "{e}");
@@ -98,6 +98,66 @@ fn errors_name_file_line_and_field() {
 
     let e = error_of("this is = = not toml");
     assert!(e.starts_with("bad.toml:1: (syntax):"), "{e}");
+}
+
+/// Type errors, unknown and missing fields come from serde: each names the field's whole path,
+/// in tables, arrays of tables and inline tables alike.
+#[test]
+fn serde_errors_name_the_field_path() {
+    let policy = "[[policy]]\nname = \"a\"\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1s\"\n";
+    for (text, expected) in [
+        (
+            "[server]\nlisten = \"127.0.0.1:1\"\nmax_in_flight = \"ten\"\n".to_string(),
+            "bad.toml:3: server.max_in_flight: invalid type: string \"ten\", expected usize",
+        ),
+        (
+            format!("{policy}[[policy]]\nname = \"b\"\nalgorithm = \"fixed-window\"\nlimit = \"3\"\n"),
+            "bad.toml:9: policy[1].limit: invalid type: string \"3\", expected u64",
+        ),
+        (format!("{policy}[[policy]]\nname = \"b\"\n"), "bad.toml:6: policy[1].algorithm: missing field `algorithm`"),
+        (
+            format!(
+                "{policy}[[route]]\npath = \"/x\"\n[[route]]\npath = \"/y\"\nlimits = [{{ policy = \"a\", key = \"ip\" }}, {{ policy = \"a\", key = \"ip\", cost = \"x\" }}]\n"
+            ),
+            "bad.toml:10: route[1].limits[1].cost: invalid type: string \"x\", expected u64",
+        ),
+        (
+            "[[route]]\npath = \"/x\"\nlimits = [\n  { policy = \"a\" },\n]\n".to_string(),
+            "bad.toml:4: route[0].limits[0].key: missing field `key`",
+        ),
+        (
+            "[[route]]\npath = \"/x\"\nlimits = [{ policy = \"a\", key = 3 }]\n".to_string(),
+            "bad.toml:3: route[0].limits[0].key: expected a key: one string (`\"header:x-api-key|ip\"`) or an array of parts",
+        ),
+        (
+            "[[route]]\npath = \"/x\"\nlimits = [{ key = \"ip\", policy_by = \"user\", policies = { pro = 1 } }]\n"
+                .to_string(),
+            "bad.toml:3: route[0].limits[0].policies.pro: invalid type: integer `1`, expected a string",
+        ),
+        (
+            "[server]\ntrusted_proxies = [\"10.0.0.0/8\", 3]\n".to_string(),
+            "bad.toml:2: server.trusted_proxies[1]: invalid type: integer `3`, expected a string",
+        ),
+        (
+            "[identity.jwt]\nleeway = 5\n".to_string(),
+            "bad.toml:2: identity.jwt.leeway: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "[identity]\njwt = { leeway = 5 }\n".to_string(),
+            "bad.toml:2: identity.jwt.leeway: invalid type: integer `5`, expected a string",
+        ),
+        (
+            "[store]\ncluster = \"yes\"\n".to_string(),
+            "bad.toml:2: store.cluster: invalid type: string \"yes\", expected a boolean",
+        ),
+        ("[rls]\nlisten = \"127.0.0.1:1\"\n".to_string(), "bad.toml:1: rls.descriptors: missing field `descriptors`"),
+        ("policy = 3\n".to_string(), "bad.toml:1: policy: invalid type: integer `3`, expected a sequence"),
+    ] {
+        let e = error_of(&text);
+        assert_eq!(e, expected, "{text}");
+    }
+    // What is not TOML at all has no field.
+    assert!(error_of("[server]\n[server]\n").starts_with("bad.toml:2: (syntax): duplicate key"));
 }
 
 #[test]

@@ -18,6 +18,18 @@ pub enum GatewayError {
     /// The store cannot be built (Redis URL, options).
     #[error("the store cannot be built: {0}")]
     Store(String),
+    /// The memory store's snapshot cannot be written where `store.snapshot` says: found at
+    /// start (and by `check-config`) rather than at the first write.
+    #[error(
+        "store.snapshot `{}`: cannot be written ({reason}): the limits would not survive a restart",
+        path.display()
+    )]
+    Snapshot {
+        /// The snapshot file as configured.
+        path: std::path::PathBuf,
+        /// Why, naming the directory.
+        reason: String,
+    },
     /// A setting that only a restart can change was changed in a reload.
     #[error("{0} cannot change on reload: restart to change it")]
     NeedsRestart(&'static str),

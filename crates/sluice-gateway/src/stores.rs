@@ -12,7 +12,7 @@ use sluice_redis::{RedisOptions, RedisStore};
 use sluice_store::{KeyHasher, MemoryOptions, MemoryStore, NamedPolicy, Restored, SnapshotError, Store, Written};
 
 use crate::error::GatewayError;
-use crate::observe::EVENT_TARGET as TARGET;
+use crate::observe::{EVENT_TARGET as TARGET, Metrics, SnapshotWrites};
 
 /// Builds the store of a configuration; on reload it is given the store in use.
 pub trait StoreBuilder: Send + Sync + 'static {
@@ -21,26 +21,62 @@ pub trait StoreBuilder: Send + Sync + 'static {
 }
 
 /// The builder for `config.store`: memory (reading the system clock) or Redis. It neither reads
-/// nor writes a `snapshot`: [`with_snapshots`] does, for the one process that owns the file.
+/// nor writes a `snapshot`: [`with_snapshots`] does, for the one process that owns the file (a
+/// second store of that process, the rate-limit service's, starts empty).
 pub fn for_config(config: &Config) -> Box<dyn StoreBuilder> {
     match &config.store {
-        StoreConfig::Memory { .. } => Box::new(MemoryStores::new(Arc::new(SystemClock::new()))),
+        StoreConfig::Memory { .. } => {
+            Box::new(MemoryStores { snapshot_elsewhere: true, ..MemoryStores::new(Arc::new(SystemClock::new())) })
+        }
         StoreConfig::Redis { .. } => Box::new(RedisStores::default()),
     }
 }
 
-/// [`for_config`], and for a memory store with `snapshot`: a builder that reads the snapshot
-/// when it first builds, and the [`Snapshots`] that write it.
-pub fn with_snapshots(config: &Config) -> (Box<dyn StoreBuilder>, Option<Snapshots>) {
+/// The store builder of the process that owns `config`'s snapshot: for a memory store with
+/// `snapshot`, a builder that reads it when it first builds, and the [`Snapshots`] that write it.
+/// Fails when the snapshot cannot be written ([`check_snapshot`]): better at start than a warning
+/// every interval while the limits are lost on the next restart.
+pub fn with_snapshots(config: &Config) -> Result<(Box<dyn StoreBuilder>, Option<Snapshots>), GatewayError> {
+    check_snapshot(config)?;
     let (StoreConfig::Memory { snapshot: Some(snapshot), .. }, Some(secret)) =
         (&config.store, &config.server.key_secret)
     else {
-        return (for_config(config), None);
+        return Ok(match &config.store {
+            StoreConfig::Memory { .. } => (Box::new(MemoryStores::new(Arc::new(SystemClock::new()))), None),
+            StoreConfig::Redis { .. } => (Box::new(RedisStores::default()), None),
+        });
     };
     let stores = MemoryStores::new(Arc::new(SystemClock::new()))
         .with_snapshot(snapshot.clone(), KeyHasher::from_secret(secret.expose().as_bytes()));
     let snapshots = stores.snapshots();
-    (Box::new(stores), snapshots)
+    Ok((Box::new(stores), snapshots))
+}
+
+/// Fails unless `config`'s snapshot, if it has one, can be written by this process: its
+/// directory exists and takes a new file (one is created and removed there, named as the
+/// writer names its temporary files), and the path is not a directory. For start-up and
+/// `check-config` (which checks as the user running it).
+pub fn check_snapshot(config: &Config) -> Result<(), GatewayError> {
+    let StoreConfig::Memory { snapshot: Some(snapshot), .. } = &config.store else { return Ok(()) };
+    let path = &snapshot.path;
+    let refused = |reason: String| GatewayError::Snapshot { path: path.clone(), reason };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name() else { return Err(refused("it names no file".into())) };
+    if path.is_dir() {
+        return Err(refused("it is a directory".into()));
+    }
+    let probe = dir.join(format!(".{}.{}-check.tmp", name.to_string_lossy(), std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(file) => {
+            drop(file);
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(refused(format!("no file can be created in {}: {e}", dir.display()))),
+    }
 }
 
 /// The policies of a configuration as a store takes them.
@@ -75,12 +111,15 @@ pub struct MemoryStores {
     current: Current,
     /// The snapshot read at the first build, and the secret that seals it.
     snapshot: Option<(Snapshot, KeyHasher)>,
+    /// Another builder of this process owns the configuration's snapshot: this one neither
+    /// reads it nor refuses a configuration that names one ([`for_config`]).
+    snapshot_elsewhere: bool,
 }
 
 impl MemoryStores {
     /// A builder whose stores read `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { clock, current: Arc::new(Mutex::new(None)), snapshot: None }
+        Self { clock, current: Arc::new(Mutex::new(None)), snapshot: None, snapshot_elsewhere: false }
     }
 
     /// The same builder, whose first store starts from `snapshot` (sealed with `secret`).
@@ -91,7 +130,8 @@ impl MemoryStores {
     /// What writes the snapshot of the stores this builder builds; `None` without a snapshot.
     pub fn snapshots(&self) -> Option<Snapshots> {
         let (snapshot, secret) = self.snapshot.clone()?;
-        Some(Snapshots { current: self.current.clone(), snapshot, secret, writes: Arc::new(Mutex::new(Writes::Open)) })
+        let writes = Arc::new(Mutex::new(Writes::Open));
+        Some(Snapshots { current: self.current.clone(), snapshot, secret, writes, counted: None })
     }
 
     /// The first store: from the snapshot when there is one (what became of it is logged).
@@ -111,7 +151,7 @@ impl StoreBuilder for MemoryStores {
             StoreConfig::Memory { snapshot, .. } => snapshot.as_ref(),
             StoreConfig::Redis { .. } => None,
         };
-        if asked != self.snapshot.as_ref().map(|(s, _)| s) {
+        if !self.snapshot_elsewhere && asked != self.snapshot.as_ref().map(|(s, _)| s) {
             return Err(GatewayError::NeedsRestart("store.snapshot"));
         }
         let mut current = lock(&self.current);
@@ -210,9 +250,16 @@ pub struct Snapshots {
     secret: KeyHasher,
     /// Serialises writes, and stops interval writes once the last one is done.
     writes: Arc<Mutex<Writes>>,
+    /// Where each write, and each failure, is counted (`sluice_snapshot_writes_total`).
+    counted: Option<SnapshotWrites>,
 }
 
 impl Snapshots {
+    /// The same, counting its writes in `metrics` (the gateway's, shown on `/metrics`).
+    pub fn counted_by(self, metrics: &Metrics) -> Self {
+        Self { counted: Some(metrics.snapshot_writes()), ..self }
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.snapshot.path
@@ -235,11 +282,16 @@ impl Snapshots {
 
     fn write_locked(&self) -> Result<Option<Written>, SnapshotError> {
         let Some(store) = lock(&self.current).clone() else { return Ok(None) };
-        store.write_snapshot(&self.snapshot.path, &self.secret).map(Some)
+        let result = store.write_snapshot(&self.snapshot.path, &self.secret);
+        if let Some(counted) = &self.counted {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            counted.record(result.is_ok(), now.as_secs_f64());
+        }
+        result.map(Some)
     }
 
     /// Writes the snapshot every interval until the task is dropped, each write on a blocking
-    /// thread; a failure is logged and the next interval tries again.
+    /// thread; a failure is logged and counted, and the next interval tries again.
     pub async fn write_every_interval(self) {
         let mut ticks = tokio::time::interval(self.interval());
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -99,6 +99,66 @@ async fn both_limits_are_listed_on_every_response_and_retry_after_is_the_denying
     assert_eq!(T0 % (60 * NANOS_PER_SEC), 20 * NANOS_PER_SEC, "the clock starts 20 s into a minute");
 }
 
+/// README's password-reset route: the account first, then the address. The account's limit
+/// reads the body, so it is decided after the address's.
+const PASSWORD_RESET: &str = r#"
+[server]
+headers = ["ietf", "draft-6"]
+
+[[policy]]
+name = "per-account"
+algorithm = "sliding-log"
+limit = 3
+window = "15m"
+
+[[policy]]
+name = "per-ip"
+algorithm = "token-bucket"
+capacity = 10
+refill_per_second = 0.05
+
+[[route]]
+path = "/api/password-reset"
+methods = ["POST"]
+limits = [
+  { policy = "per-account", key = "json:/email" },
+  { policy = "per-ip", key = "ip" },
+]
+"#;
+
+#[tokio::test]
+async fn the_fields_list_the_limits_in_the_routes_order_when_one_waits_for_the_body() {
+    let (gw, _clock) = start(PASSWORD_RESET).await;
+    let c = Client::new(gw.addr);
+    let reset = || {
+        let body = r#"{"email":"victim@example.com"}"#;
+        c.post("/api/password-reset", &[("content-type", "application/json")], body)
+    };
+    let policies = limits(&[("per-account", 3, 900), ("per-ip", 10, 200)]);
+    // The sliding log frees its oldest request 15 min on; each token spent takes 20 s to refill.
+    for (i, expected) in
+        [[("per-account", 2, 900), ("per-ip", 9, 20)], [("per-account", 1, 900), ("per-ip", 8, 40)]].iter().enumerate()
+    {
+        let res = reset().await;
+        assert_eq!(res.status, 200, "request {i}");
+        assert_eq!(quota_policies(&res.headers), policies, "request {i}");
+        assert_eq!(service_limits(&res.headers), limits(expected), "request {i}");
+    }
+    let last = reset().await;
+    assert_eq!(service_limits(&last.headers), limits(&[("per-account", 0, 900), ("per-ip", 7, 60)]));
+    // draft-6 describes the limit closest to denying: the account's.
+    assert_eq!((last.num("ratelimit-limit"), last.num("ratelimit-remaining")), (3, 0));
+
+    // The account's limit denies: still listed first, its `t` the Retry-After; the address's
+    // bucket was charged (its phase admitted before the body was read).
+    let denied = reset().await;
+    assert_eq!(denied.status, 429);
+    assert_eq!(quota_policies(&denied.headers), policies);
+    assert_eq!(service_limits(&denied.headers), limits(&[("per-account", 0, 900), ("per-ip", 6, 80)]));
+    assert_eq!(denied.num("retry-after"), 900);
+    assert_eq!(denied.num("ratelimit-limit"), 3, "draft-6 describes the limit that denied");
+}
+
 /// A shadow policy that would deny from the third request on: first on a route with the bucket,
 /// alone on another.
 const SHADOW: &str = r#"

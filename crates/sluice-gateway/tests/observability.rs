@@ -168,7 +168,8 @@ impl Harness {
     }
 
     async fn metrics(&self) -> Metrics {
-        let r = self.admin("/metrics").await;
+        let accept = [("accept", "application/openmetrics-text;version=1.0.0")];
+        let r = self.send(self.admin, "GET", "/metrics", &accept, "").await;
         assert_eq!(r.status, 200);
         assert!(r.content_type.starts_with("application/openmetrics-text"), "{}", r.content_type);
         Metrics::parse(&r.body)

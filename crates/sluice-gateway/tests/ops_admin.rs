@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use common::{Client, T0};
-use ops_support::{Logs, Mode, STATUS_CONFIG, Samples, Shared, admin, gateway_on, memory_store, serve_on};
+use ops_support::{Logs, Mode, OPENMETRICS, STATUS_CONFIG, Samples, Shared, admin, gateway_on, memory_store, serve_on};
 use proptest::prelude::*;
 use sluice_core::{Clock, ManualClock, Policy, TokenBucket};
 use sluice_gateway::admin::CONTENT_SECURITY_POLICY;
@@ -183,7 +183,7 @@ async fn a_failure_modes_answers_are_counted_logged_and_shown_until_the_store_de
     store.set(Mode::Up);
     assert_eq!(statuses(&client, "/api/hello", 2).await, [200, 429]);
 
-    let m = Samples::parse(&admin.get("/metrics", &[]).await.text());
+    let m = Samples::parse(&admin.get("/metrics", OPENMETRICS).await.text());
     // Local decisions are decisions (allowed, denied); fail-open's are not.
     assert_eq!(m.decisions("hello", "per-ip", "fixed-window", "allowed"), 4.0);
     assert_eq!(m.decisions("hello", "per-ip", "fixed-window", "denied"), 2.0);
@@ -240,12 +240,12 @@ async fn the_seed_service_is_counted_logged_and_inspected_like_the_gateway() {
     let (_seed, addr, admin) = seed(&clock).await;
     let (client, admin) = (Client::new(addr), Client::new(admin));
 
-    let before = Samples::parse(&admin.get("/metrics", &[]).await.text());
+    let before = Samples::parse(&admin.get("/metrics", OPENMETRICS).await.text());
     assert_eq!(before.decisions(SEED_ROUTE, "per-ip", "token-bucket", "allowed"), 0.0, "the route exists at zero");
     assert_eq!(statuses(&client, "/api/hello", 4).await, [200, 200, 429, 429]);
     assert_eq!(statuses(&client, "/health", 1).await, [200]);
 
-    let m = Samples::parse(&admin.get("/metrics", &[]).await.text());
+    let m = Samples::parse(&admin.get("/metrics", OPENMETRICS).await.text());
     assert_eq!(m.decisions(SEED_ROUTE, "per-ip", "token-bucket", "allowed"), 2.0);
     assert_eq!(m.decisions(SEED_ROUTE, "per-ip", "token-bucket", "denied"), 2.0);
     assert_eq!(m.requests(SEED_ROUTE, "denied"), 2.0);

@@ -71,6 +71,28 @@ impl Outcome {
         self.not_evaluated.extend(later.not_evaluated.into_iter().map(|i| i + offset));
         self
     }
+
+    /// Takes the checks in `order` (`order[new] = old`, a permutation of the checks): the
+    /// decisions move with them, and the indices kept of them follow. False, and nothing
+    /// changed, when `order` does not fit the decisions.
+    pub(crate) fn reorder(&mut self, order: &[usize]) -> bool {
+        let mut new_of = vec![usize::MAX; self.decisions.len()];
+        for (new, &old) in order.iter().enumerate() {
+            match new_of.get_mut(old) {
+                Some(slot) if *slot == usize::MAX => *slot = new,
+                _ => return false,
+            }
+        }
+        if order.len() != self.decisions.len() {
+            return false;
+        }
+        self.decisions = order.iter().map(|&old| self.decisions[old]).collect();
+        self.describe = self.describe.map(|i| new_of[i]);
+        for i in self.shadow_denied.iter_mut().chain(self.not_evaluated.iter_mut()) {
+            *i = new_of[*i];
+        }
+        true
+    }
 }
 
 /// Decides checks for the HTTP faces: enforced checks together (all-or-nothing) and, apart
@@ -240,3 +262,35 @@ impl Enforcer {
 
 const NO_DECISION: Decision =
     Decision { allowed: true, limit: 0, remaining: 0, reset_after: 0, retry_after: 0, delay: 0 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(limit: u64) -> Decision {
+        Decision { allowed: true, limit, remaining: limit, reset_after: 0, retry_after: 0, delay: 0 }
+    }
+
+    #[test]
+    fn reordered_checks_keep_what_is_said_of_each() {
+        // Checks 0 and 1 were decided first; check 2 (a body limit) belongs first.
+        let mut o = Outcome {
+            allowed: true,
+            decisions: vec![decision(10), decision(20), decision(30)],
+            describe: Some(2),
+            shadow_denied: vec![1],
+            not_evaluated: vec![0],
+            degraded: None,
+            store_answered: true,
+        };
+        assert!(o.reorder(&[2, 0, 1]));
+        assert_eq!(o.decisions.iter().map(|d| d.limit).collect::<Vec<_>>(), [30, 10, 20]);
+        assert_eq!((o.describe, &o.shadow_denied[..], &o.not_evaluated[..]), (Some(0), &[2][..], &[1][..]));
+        // An order that is not a permutation of the checks changes nothing.
+        for wrong in [&[0, 1][..], &[0, 0, 1], &[0, 1, 3]] {
+            let before = o.decisions.clone();
+            assert!(!o.reorder(wrong));
+            assert_eq!(o.decisions, before);
+        }
+    }
+}

@@ -294,7 +294,8 @@ impl Limiter {
 impl Ruling<'_> {
     /// This ruling followed by `later`, decided after it admitted (the limits that needed the
     /// body, once it was read). The request is admitted only if both admitted. What this ruling
-    /// charged stays charged if `later` denies: an error only in the strict direction.
+    /// charged stays charged if `later` denies: an error only in the strict direction. The
+    /// checks of both stay in the route's order.
     pub fn then(mut self, later: Ruling<'_>) -> Self {
         self.outcome = match (self.outcome, later.outcome) {
             (Ok(a), Ok(b)) => Ok(a.then(b)),
@@ -305,7 +306,27 @@ impl Ruling<'_> {
         self.positions.extend(later.positions);
         self.timing.decision_ns += later.timing.decision_ns;
         self.timing.store_ns += later.timing.store_ns;
+        self.in_route_order();
         self
+    }
+
+    /// Puts the checks, and all that is kept per check, back in the route's order. A limit that
+    /// needs the body is decided after the others wherever the route lists it, while the
+    /// `ietf` fields list the limits in the route's order.
+    fn in_route_order(&mut self) {
+        if self.positions.is_sorted() {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.positions.len()).collect();
+        order.sort_by_key(|&i| self.positions[i]);
+        if let Ok(outcome) = &mut self.outcome
+            && !outcome.reorder(&order)
+        {
+            return;
+        }
+        self.checks = order.iter().map(|&i| self.checks[i]).collect();
+        self.kinds = order.iter().map(|&i| self.kinds[i]).collect();
+        self.positions = order.iter().map(|&i| self.positions[i]).collect();
     }
 
     /// The policies, indexed as the checks refer to them.

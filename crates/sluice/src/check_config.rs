@@ -17,6 +17,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = sluice_config::load(&args.file)?;
     print!("{}", describe(&config));
+    // What serving would find at start: a snapshot it cannot write.
+    sluice_gateway::stores::check_snapshot(&config)?;
     if config.passes_unrouted_unlimited() {
         eprintln!("warning: {UNROUTED_UNLIMITED}");
     }

@@ -103,9 +103,10 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let config = sluice_config::load(&path)?;
     let listen = config.server.listen;
     // A memory store with `snapshot` starts from the file and writes it every interval and
-    // once more after draining.
-    let (stores, snapshots) = sluice_gateway::stores::with_snapshots(&config);
+    // once more after draining; one it cannot write stops the start.
+    let (stores, snapshots) = sluice_gateway::stores::with_snapshots(&config)?;
     let gateway = Arc::new(Gateway::new(config, stores)?);
+    let snapshots = snapshots.map(|s| s.counted_by(gateway.observer().metrics()));
     let listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listeners.local_addr();
     let rls = start_rls(&gateway).await?;

@@ -130,14 +130,22 @@ sample = 1.0
     assert_eq!(denied["status"], 429);
     assert!(!denied.to_string().contains("127.0.0.1"), "the client IP is not logged: {denied}");
 
-    let (status, head, metrics) = http(admin, "GET /metrics", "", "");
+    // Prometheus asks for OpenMetrics; anything else (curl, promtool) gets the text format.
+    let openmetrics = "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n";
+    let (status, head, metrics) = http(admin, "GET /metrics", openmetrics, "");
     assert_eq!(status, 200);
     assert!(head.contains("content-type: application/openmetrics-text"), "{head}");
-    assert!(metrics.contains(
-        "sluice_decisions_total{route=\"hello\",policy=\"per-ip\",algorithm=\"fixed-window\",outcome=\"denied\"} 1\n"
-    ));
+    let denied =
+        "sluice_decisions_total{route=\"hello\",policy=\"per-ip\",algorithm=\"fixed-window\",outcome=\"denied\"} 1\n";
+    assert!(metrics.contains(denied));
     assert!(metrics.contains("sluice_decision_duration_seconds_count{store=\"memory\"} 2\n"));
+    assert!(metrics.contains("# TYPE sluice_decisions counter\n"));
     assert!(metrics.ends_with("# EOF\n"));
+    let (status, head, text) = http(admin, "GET /metrics", "", "");
+    assert_eq!(status, 200);
+    assert!(head.contains("content-type: text/plain; version=0.0.4"), "{head}");
+    assert!(text.contains(denied) && text.contains("# TYPE sluice_decisions_total counter\n"), "{text}");
+    assert!(!text.contains("# EOF"), "{text}");
 
     assert_eq!(http(admin, "GET /healthz", "", "").0, 200);
     let (status, _, ready) = http(admin, "GET /readyz", "", "");

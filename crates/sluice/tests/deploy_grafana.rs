@@ -158,7 +158,16 @@ fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
     let statuses: Vec<u16> = (0..3).map(|_| get(gateway, "/api/hello").status).collect();
     assert_eq!(statuses, [200, 200, 429]);
 
-    let exported = Scraped::from(admin).sample_names();
+    let mut exported = Scraped::from(admin).sample_names();
+    // The snapshot's metrics come from a memory store that writes one.
+    let snapshotting = dir.write(
+        "memory.toml",
+        "[server]\nlisten = \"127.0.0.1:0\"\nkey_secret = \"the key secret of the dashboard test\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\n[store]\nsnapshot = \"state\"\n",
+    );
+    let memory = Running::start(&["serve", "--config", &snapshotting], &[]);
+    let (_, memory_admin) = memory.gateway_addresses();
+    exported.extend(Scraped::from(memory_admin.expect("the admin listener")).sample_names());
     let alerts = std::fs::read_to_string(root().join("deploy/prometheus/alerts.yml")).unwrap();
     let alert_exprs: Vec<&str> = alerts.lines().filter(|l| l.contains("sluice_")).collect();
     let mut named = BTreeSet::new();

@@ -84,6 +84,12 @@ fn the_unit_keeps_the_sandbox_it_promises() {
     assert_eq!(one("ExecReload"), "kill -HUP $MAINPID");
     assert_eq!(one("KillSignal"), "SIGTERM");
     assert!(!s.contains_key("User"), "DynamicUser makes its own user");
+    // ProtectSystem=strict leaves the file system read-only but for the state directory, where
+    // README puts the memory store's snapshot.
+    assert_eq!(one("StateDirectory"), "sluice");
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let snapshot = readme.lines().find_map(|l| l.trim().strip_prefix("snapshot = \"")).expect("README's snapshot");
+    assert!(snapshot.starts_with("/var/lib/sluice/"), "{snapshot} is not in the unit's StateDirectory");
     assert!(!s.contains_key("PrivateUsers"), "a user namespace would void CAP_NET_BIND_SERVICE");
 }
 

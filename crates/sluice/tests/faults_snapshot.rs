@@ -6,11 +6,15 @@
 //! sluice is down.
 
 mod faults_common;
+mod ops_support;
 mod support;
 
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use faults_common::{Gateway, KeepAlive};
+use faults_common::{Gateway, KeepAlive, SLUICE};
+use ops_support::Scraped;
 use support::TempDir;
 
 const SECRET: &str = "the key secret shared by every restart";
@@ -166,4 +170,106 @@ fn the_snapshot_is_written_every_interval_while_serving() {
     g.lines.wait_for("\"snapshot_restored\"");
     assert_eq!(status(&g, "/api/bucket", "alice"), 429, "the crash kept the last interval's state");
     assert!(g.stop().success());
+}
+
+/// `sluice serve --config path`, which must exit at start: its exit status and stderr.
+fn refused_at_start(path: &str) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(SLUICE)
+        .args(["serve", "--config", path])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the sluice binary starts");
+    let deadline = Instant::now() + faults_common::PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice serve started with a snapshot it cannot write");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status, err)
+}
+
+#[test]
+fn a_snapshot_that_cannot_be_written_stops_check_config_and_the_start() {
+    // Its directory does not exist: /var/lib/sluice under a unit without StateDirectory=.
+    let dir = TempDir::new("snapshot-unwritable");
+    let path = dir.write("sluice.toml", &config(SECRET).replace("snapshot = \"state\"", "snapshot = \"gone/state\""));
+    let file = dir.dir().join("gone/state").display().to_string();
+    let expected = format!("store.snapshot `{file}`: cannot be written (no file can be created in");
+
+    let check = Command::new(SLUICE).args(["check-config", &path]).output().unwrap();
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(!check.status.success(), "check-config passed: {}", String::from_utf8_lossy(&check.stdout));
+    assert!(err.contains(&expected), "{err}");
+
+    let (status, err) = refused_at_start(&path);
+    assert!(!status.success(), "{status}");
+    assert!(err.contains(&expected), "{err}");
+    assert!(!dir.dir().join("gone").exists(), "nothing was created on the way");
+
+    // Once the directory is there, both pass; nothing is left of the check in it.
+    std::fs::create_dir(dir.dir().join("gone")).unwrap();
+    let check = Command::new(SLUICE).args(["check-config", &path]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert_eq!(std::fs::read_dir(dir.dir().join("gone")).unwrap().count(), 0);
+}
+
+/// The admin listener's address, from the gateway's `start` event.
+fn admin_of(g: &Gateway) -> SocketAddr {
+    let start: serde_json::Value = serde_json::from_str(&g.lines.wait_for("\"event\":\"start\"")).unwrap();
+    start["admin"].as_str().expect("an admin listener").parse().unwrap()
+}
+
+/// Scrapes `admin` until `name{labels}` reaches `at_least`; returns the scrape.
+fn scraped_once(admin: SocketAddr, name: &str, labels: &[(&str, &str)], at_least: f64) -> Scraped {
+    let deadline = Instant::now() + faults_common::PATIENCE;
+    loop {
+        let scraped = Scraped::from(admin);
+        if scraped.value(name, labels).is_some_and(|v| v >= at_least) {
+            return scraped;
+        }
+        assert!(Instant::now() < deadline, "{name}{labels:?} stayed below {at_least}:\n{}", scraped.text);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn snapshot_writes_are_counted_and_failures_too() {
+    let dir = TempDir::new("snapshot-counted");
+    std::fs::create_dir(dir.dir().join("states")).unwrap();
+    let text = config(SECRET).replace("snapshot = \"state\"", "snapshot = \"states/state\"");
+    let path = dir.write("sluice.toml", &format!("{text}\n[admin]\nlisten = \"127.0.0.1:0\"\n"));
+    let g = Gateway::start(&path, &[]);
+    let admin = admin_of(&g);
+    // Both results exist from the start, at zero.
+    let first = Scraped::from(admin);
+    assert_eq!(first.value("sluice_snapshot_writes_total", &[("result", "failed")]), Some(0.0), "{}", first.text);
+
+    let ok = [("result", "ok")];
+    let written = scraped_once(admin, "sluice_snapshot_writes_total", &ok, 1.0);
+    let last = written.must("sluice_snapshot_last_success_timestamp_seconds", &[("store", "memory")]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(last > now - 60.0 && last <= now + 1.0, "last success at {last}, now {now}");
+
+    // The directory goes away: every interval's write fails, is logged and counted.
+    std::fs::remove_dir_all(dir.dir().join("states")).unwrap();
+    g.lines.wait_for("\"snapshot_failed\"");
+    let failed = [("result", "failed")];
+    let gauge = [("store", "memory")];
+    let once = scraped_once(admin, "sluice_snapshot_writes_total", &failed, 1.0);
+    let twice = scraped_once(admin, "sluice_snapshot_writes_total", &failed, 2.0);
+    // Nothing was written between the two failures: the last success stays where it was.
+    assert_eq!(once.must("sluice_snapshot_writes_total", &ok), twice.must("sluice_snapshot_writes_total", &ok));
+    assert_eq!(
+        once.must("sluice_snapshot_last_success_timestamp_seconds", &gauge),
+        twice.must("sluice_snapshot_last_success_timestamp_seconds", &gauge)
+    );
 }

@@ -8,6 +8,10 @@
 //! address (which the proxy writes in `X-Forwarded-For` from the socket) is the key, so
 //! 127.0.0.2 and 127.0.0.3 are independent; and a spent client naming another original or
 //! another address in its own headers is not let through.
+//!
+//! Then sluice stops, and each proxy answers as `docs/proxies.md` says it does when it cannot
+//! reach sluice; where the proxy has a way to let requests through instead, the snippet the
+//! page shows is added to the example and the proxy, started again, lets them through.
 
 mod support;
 
@@ -248,6 +252,24 @@ async fn limits_through(port: u16, app: &App, remaining: Remaining) {
     assert_eq!(send(port, "127.0.0.2", "/health", &[]).await.status, 200);
 }
 
+/// A way to fail open that `docs/proxies.md` shows: `snippet` goes into the example file `file`
+/// right after its text `after`.
+struct FailOpen {
+    file: &'static str,
+    after: &'static str,
+    snippet: &'static str,
+}
+
+/// The documentation of the recipes.
+const PROXIES_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/proxies.md");
+
+/// True when the page shows `snippet`: its lines, in order, indentation aside.
+fn doc_shows(doc: &str, snippet: &str) -> bool {
+    let lines: Vec<&str> = snippet.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let doc: Vec<&str> = doc.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    doc.windows(lines.len()).any(|w| w == lines.as_slice())
+}
+
 /// How one proxy's recipe is run.
 struct Recipe {
     /// The program, for messages and file names.
@@ -261,27 +283,92 @@ struct Recipe {
     files: &'static [(&'static str, &'static str, &'static str)],
     /// Where it puts an admitted request's `RateLimit-Remaining`.
     remaining: Remaining,
+    /// Its row of the page's table of what a proxy answers when sluice is unreachable.
+    doc_row: &'static str,
+    /// What it answers when sluice is unreachable, as it comes.
+    unreachable: u16,
+    /// How it is told to let requests through then, if it can be.
+    fail_open: Option<FailOpen>,
 }
 
-/// Writes the recipe's files with free ports, starts sluice, the app and the proxy (`command`,
-/// run in the temporary directory that holds the files), and checks the behaviour through it.
-async fn run(recipe: Recipe, command: impl FnOnce(&TempDir) -> Command) {
-    let dir = TempDir::new(&format!("fa-{}", recipe.name));
-    let app = app().await;
-    let sluice = sluice(&dir, recipe.forward_auth);
-    let port = free_port();
+/// Writes the recipe's example files into `dir`: sluice at `sluice`, the app at `app`, the proxy
+/// listening on `port`, and `fail_open`'s snippet added when given.
+fn write_files(dir: &TempDir, recipe: &Recipe, sluice: u16, app: u16, port: u16, fail_open: Option<&FailOpen>) {
     for (file, listen, to) in recipe.files {
-        let mut text = example(file).replace(SLUICE_AT, &at(sluice.port)).replace(APP_AT, &at(app.port));
+        let mut text = example(file);
+        if let Some(open) = fail_open.filter(|f| f.file == *file) {
+            assert!(text.contains(open.after), "examples/forward-auth/{file} has {:?}", open.after);
+            text = text.replacen(open.after, &format!("{}{}", open.after, open.snippet), 1);
+        }
+        let mut text = text.replace(SLUICE_AT, &at(sluice)).replace(APP_AT, &at(app));
         if !listen.is_empty() {
             assert!(text.contains(listen), "examples/forward-auth/{file} has {listen}");
             text = text.replace(listen, &to.replace("{port}", &port.to_string()));
         }
         dir.write(file, &text);
     }
+}
+
+/// Writes the recipe's files with free ports, starts sluice, the app and the proxy (`command`,
+/// run in the temporary directory that holds the files), and checks the behaviour through it;
+/// then stops sluice and checks what the proxy answers, failing closed and, where it can, open.
+async fn run(recipe: Recipe, command: impl Fn(&TempDir) -> Command) {
+    let doc = std::fs::read_to_string(PROXIES_DOC).unwrap();
+    let dir = TempDir::new(&format!("fa-{}", recipe.name));
+    let app = app().await;
+    let sluice = sluice(&dir, recipe.forward_auth);
+    let sluice_port = sluice.port;
+    let port = free_port();
+    write_files(&dir, &recipe, sluice_port, app.port, port, None);
     let mut proxy = Proxy::start(recipe.name, command(&dir), recipe.install, &dir);
     proxy.wait_ready(port).await;
     limits_through(port, &app, recipe.remaining).await;
+
+    // sluice stops: the request never reaches the app, and the client gets the proxy's error.
+    drop(sluice);
+    let before = app.hits.load(Ordering::SeqCst);
+    let r = send(port, "127.0.0.4", "/api/items", &[("x-api-key", "carol")]).await;
+    assert_eq!(r.status, recipe.unreachable, "{} with sluice unreachable: {r:?}", recipe.name);
+    assert_eq!(app.hits.load(Ordering::SeqCst), before, "failing closed, nothing reaches the app");
+    let row =
+        doc.lines().find(|l| l.starts_with(recipe.doc_row)).unwrap_or_else(|| panic!("no {} row", recipe.doc_row));
+    assert!(row.contains(&format!("| {} ", recipe.unreachable)), "docs/proxies.md says otherwise: {row}");
+    drop(proxy);
+
+    // Told to fail open, as the page shows: the request reaches the app, unlimited.
+    let Some(open) = &recipe.fail_open else { return };
+    assert!(doc_shows(&doc, open.snippet), "docs/proxies.md does not show the snippet:\n{}", open.snippet);
+    let port = free_port();
+    write_files(&dir, &recipe, sluice_port, app.port, port, Some(open));
+    let mut proxy = Proxy::start(recipe.name, command(&dir), recipe.install, &dir);
+    proxy.wait_ready(port).await;
+    let before = app.hits.load(Ordering::SeqCst);
+    let r = send(port, "127.0.0.4", "/api/items?page=2", &[("x-api-key", "carol")]).await;
+    assert_eq!(r.status, 200, "{} failing open: {r:?}", recipe.name);
+    assert!(r.body.starts_with("app saw"), "{r:?}");
+    assert_eq!(app.hits.load(Ordering::SeqCst), before + 1);
 }
+
+/// Caddy: the error `forward_auth` raises when it cannot reach sluice (502) is handled by
+/// proxying the request to the app.
+const CADDY_FAIL_OPEN: &str = "
+\t# sluice unreachable: let the request through, unlimited (fail open).
+\thandle_errors {
+\t\t@sluice_unreachable expression {err.status_code} == 502
+\t\treverse_proxy @sluice_unreachable 127.0.0.1:3000
+\t}
+";
+
+/// nginx: at the end of `location = /_sluice`, a subrequest nginx itself fails (502: no
+/// connection; 504: timed out) goes to a named location that answers 204, which `auth_request`
+/// takes for admitted. sluice's own answers are not intercepted.
+const NGINX_FAIL_OPEN: &str = "            # sluice unreachable: let the request through, unlimited (fail open).
+            error_page 502 504 = @sluice_unreachable;
+        }
+
+        location @sluice_unreachable {
+            return 204;
+";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caddy_forward_auth_limits_through_sluice() {
@@ -291,6 +378,13 @@ async fn caddy_forward_auth_limits_through_sluice() {
         forward_auth: "",
         files: &[("Caddyfile", "http://:8000", "http://:{port}")],
         remaining: Remaining::SentToApp,
+        doc_row: "| Caddy",
+        unreachable: 502,
+        fail_open: Some(FailOpen {
+            file: "Caddyfile",
+            after: "\treverse_proxy 127.0.0.1:3000\n",
+            snippet: CADDY_FAIL_OPEN,
+        }),
     };
     run(recipe, |dir| {
         let home = dir.path("home");
@@ -313,6 +407,13 @@ async fn nginx_auth_request_limits_through_sluice() {
         forward_auth: "deny_status = 403\n",
         files: &[("nginx.conf", "listen 127.0.0.1:8001;", "listen 127.0.0.1:{port};")],
         remaining: Remaining::ToClient,
+        doc_row: "| nginx",
+        unreachable: 500,
+        fail_open: Some(FailOpen {
+            file: "nginx.conf",
+            after: "            proxy_set_header X-Forwarded-Uri \"\";\n",
+            snippet: NGINX_FAIL_OPEN,
+        }),
     };
     run(recipe, |dir| {
         let prefix = format!("{}/", dir.dir().display());
@@ -332,6 +433,10 @@ async fn traefik_forward_auth_limits_through_sluice() {
         forward_auth: "",
         files: &[("traefik.yml", "127.0.0.1:8002", "127.0.0.1:{port}"), ("traefik-dynamic.yml", "", "")],
         remaining: Remaining::SentToApp,
+        doc_row: "| Traefik",
+        unreachable: 500,
+        // forwardAuth has no setting to let requests through.
+        fail_open: None,
     };
     run(recipe, |dir| {
         let mut cmd = Command::new("traefik");

@@ -29,22 +29,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::header::{ACCEPT, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
 use crate::gateway::Gateway;
+use crate::observe::Exposition;
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler, serve};
 
 pub use inspect::Inspect;
 pub use page::CONTENT_SECURITY_POLICY;
 pub use status::{DeniedView, Status, StoreHealth, TOP_DENIED_SHOWN};
-
-/// Content type of `/metrics`: the OpenMetrics text format, which Prometheus scrapes natively.
-pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Answers the admin endpoints for one service.
 #[derive(Clone)]
@@ -64,7 +62,7 @@ impl Admin {
         Self { source }
     }
 
-    /// The `/metrics` text: counters and histograms, then what is read now (requests in flight,
+    /// The `/metrics` text (OpenMetrics): counters and histograms, then what is read now (requests in flight,
     /// the store's keys, readiness, breaker), then the process.
     pub fn metrics_text(&self) -> String {
         self.source.metrics_text()
@@ -75,14 +73,14 @@ impl Admin {
         self.source.readiness().0
     }
 
-    fn answer(&self, method: &Method, path: &str) -> Response<Body> {
-        let mut res = self.route(method, path);
+    fn answer(&self, method: &Method, path: &str, accept: Option<&str>) -> Response<Body> {
+        let mut res = self.route(method, path, accept);
         res.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         page::harden(res.headers_mut());
         res
     }
 
-    fn route(&self, method: &Method, path: &str) -> Response<Body> {
+    fn route(&self, method: &Method, path: &str, accept: Option<&str>) -> Response<Body> {
         if method != Method::GET && method != Method::HEAD {
             let mut res = respond::error(405, "method_not_allowed", "Use GET.");
             res.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
@@ -91,7 +89,11 @@ impl Admin {
         match path {
             "/" | "/status.js" | "/status.css" => page::asset(path),
             "/status.json" => respond::json(200, &self.source.status()),
-            "/metrics" => text(200, METRICS_CONTENT_TYPE, self.metrics_text()),
+            "/metrics" => {
+                // Prometheus asks for OpenMetrics; other readers get the text format.
+                let format = Exposition::negotiate(accept);
+                text(200, format.content_type(), format.of(self.metrics_text()))
+            }
             "/healthz" => respond::json(200, &serde_json::json!({ "status": "alive" })),
             "/readyz" => match self.source.readiness() {
                 (true, store) => respond::json(200, &serde_json::json!({ "status": "ready", "store": store })),
@@ -118,7 +120,8 @@ fn text(status: u16, content_type: &'static str, body: String) -> Response<Body>
 
 impl Handler for Admin {
     async fn handle(self: Arc<Self>, _peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
-        let mut res = self.answer(req.method(), req.uri().path());
+        let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+        let mut res = self.answer(req.method(), req.uri().path(), accept);
         if req.method() == Method::HEAD {
             *res.body_mut() = Either::Left(Full::new(Bytes::new()));
         }

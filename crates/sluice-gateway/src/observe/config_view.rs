@@ -2,12 +2,16 @@
 
 use serde_json::{Value, json};
 use sluice_config::{
-    Config, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, SecretUrl, StoreConfig, TokenSource,
+    Config, ForwardedHeader, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, Rls, RlsCharge, SecretUrl,
+    StoreConfig, TokenSource,
 };
 use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
+use sluice_store::WhenFull;
 
 /// The configuration in force, as the gateway understood it: defaults filled in, durations in
-/// milliseconds, policies by name. `server.key_secret` and `identity.jwt`'s HS256 secret are
+/// milliseconds, policies by name. Every field the file accepts shows (under the name it has
+/// here when it differs: `window` as `window_ms`, `key_secret_file` as `key_secret`), which
+/// `tests/config_view.rs` checks against the fields the file's parser accepts. `server.key_secret` and `identity.jwt`'s HS256 secret are
 /// redacted (only whether one is set shows), and so is any password in a store URL; of the JWT
 /// keys only their algorithm and `kid` show.
 ///
@@ -23,6 +27,10 @@ pub fn config_json(c: &Config) -> Value {
         "server": {
             "listen": s.listen.to_string(),
             "trusted_proxies": s.trusted_proxies.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "forwarded_header": match s.forwarded_header {
+                ForwardedHeader::XForwardedFor => "x-forwarded-for",
+                ForwardedHeader::Forwarded => "forwarded",
+            },
             "ipv6_prefix": s.ipv6_prefix,
             "headers": s.headers.iter().map(|h| h.name()).collect::<Vec<_>>(),
             "deny_status": s.deny_status,
@@ -32,6 +40,9 @@ pub fn config_json(c: &Config) -> Value {
             "user_header": s.user_header,
             "max_body_bytes": s.max_body_bytes,
             "underscore_headers": s.underscore_headers.name(),
+            "body_timeout_ms": s.body_timeout / NANOS_PER_MILLI,
+            "body_idle_timeout_ms": s.body_idle_timeout / NANOS_PER_MILLI,
+            "max_body_reads_per_client": s.max_body_reads_per_client,
             "key_secret": s.key_secret.as_ref().map(|_| REDACTED),
         },
         "decision_api": {
@@ -72,6 +83,21 @@ pub fn config_json(c: &Config) -> Value {
             "sample": c.decision_log.sample,
             "denials_per_second": c.decision_log.denials_per_second,
         },
+        "rls": c.rls.as_ref().map(rls_json),
+        "forward_auth": c.forward_auth.as_ref().map(|f| json!({ "path": f.path, "deny_status": f.deny_status })),
+    })
+}
+
+fn rls_json(r: &Rls) -> Value {
+    json!({
+        "listen": r.listen.to_string(),
+        "descriptors": r.descriptors.display().to_string(),
+        "charge": match r.charge {
+            RlsCharge::AllOrNothing => "all-or-nothing",
+            RlsCharge::Independent => "independent",
+        },
+        // `null`: the directory is reloaded on SIGHUP only.
+        "watch_interval_ms": r.watch_interval.map(|i| i / NANOS_PER_MILLI),
     })
 }
 
@@ -146,6 +172,16 @@ fn store_json(s: &StoreConfig) -> Value {
             "max_keys": max_keys,
             "shards": shards,
             "when_full": when_full.name(),
+            // The summary's size as used (its width derived from `max_keys` unless given);
+            // `null` when nothing is folded.
+            "fold_width": match when_full {
+                WhenFull::Fold(size) => Some(size.cells_per_row(*max_keys)),
+                _ => None,
+            },
+            "fold_depth": match when_full {
+                WhenFull::Fold(size) => Some(size.depth),
+                _ => None,
+            },
             "snapshot": snapshot.as_ref().map(|s| json!({
                 "path": s.path.display().to_string(),
                 "interval_ms": s.interval / NANOS_PER_MILLI,

@@ -1,13 +1,15 @@
 //! The Prometheus metrics of the gateway: families registered once, rendered on scrape.
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::{Metric, Registry};
 use sluice_store::{KeyStats, StoreError};
 
 use super::histogram::LatencyHistogram;
@@ -58,6 +60,12 @@ pub(crate) struct ReloadLabels {
     pub result: &'static str,
 }
 
+/// `sluice_snapshot_writes_total`: the memory store's snapshot written (`ok`) or not (`failed`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SnapshotLabels {
+    pub result: &'static str,
+}
+
 /// Outcomes of `sluice_decisions_total`, in the order of the per-limit counter arrays.
 /// `allowed_degraded`: admitted by `fail-open` without a decision (the store could not decide).
 pub(crate) const DECISION_OUTCOMES: [&str; 5] = ["allowed", "denied", "shadow_denied", "error", "allowed_degraded"];
@@ -98,6 +106,9 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
     /// `sluice_decision_log_dropped_total`: lines the denial cap refused.
     pub(crate) log_dropped: Counter,
+    /// `sluice_snapshot_writes_total` and `sluice_snapshot_last_success_timestamp_seconds`:
+    /// absent unless a snapshot is written ([`Metrics::snapshot_writes`]).
+    snapshot_writes: SnapshotWrites,
     /// Store errors so far, every kind (the status page's total).
     errors_seen: Counter,
     /// Failure-mode verdicts so far, every mode (the status page's total).
@@ -126,66 +137,95 @@ impl Metrics {
             body_errors: Family::default(),
             reloads: Family::default(),
             log_dropped: Counter::default(),
+            snapshot_writes: SnapshotWrites::default(),
             errors_seen: Counter::default(),
             degraded_seen: Counter::default(),
         };
         let mut registry = Registry::default();
-        registry.register(
+        register(
+            &mut registry,
             "sluice_decisions",
             "Decisions per limit applied to a request: allowed, denied, shadow_denied (a shadow policy \
              would have denied), error (the store could not decide), allowed_degraded (admitted by \
              fail-open: the store could not decide).",
             m.decisions.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_requests",
             "Requests by route (configured name, or unmatched) and outcome.",
             m.requests.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_decision_duration_seconds",
             "Time to decide a request: building its keys and asking the store.",
             m.decision_duration.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_store_latency_seconds",
             "Time the store took to answer a request's checks.",
             m.store_latency.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_store_errors",
             "Requests the store could not decide, by error kind, whatever its failure mode then did.",
             m.store_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_degraded",
             "Requests the store's failure mode answered instead of the store: fail-open (admitted \
              unchecked) or local (decided by the in-process fallback).",
             m.degraded.clone(),
         );
-        registry.register("sluice_shed", "Requests shed with 503 because max_in_flight was reached.", m.shed.clone());
-        registry.register(
+        register(
+            &mut registry,
+            "sluice_shed",
+            "Requests shed with 503 because max_in_flight was reached.",
+            m.shed.clone(),
+        );
+        register(
+            &mut registry,
             "sluice_shed_per_client",
             "Requests answered 429 because their client already had max_in_flight_per_client requests in flight.",
             m.shed_per_client.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_request_body_errors",
             "Request bodies cut by the client's fault, by reason: malformed (broken framing: 400), \
              incomplete (the client closed its connection inside it) or stalled (no byte for \
              body_idle_timeout: 408). Never counted as upstream errors.",
             m.body_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_config_reloads",
             "Configuration reloads, applied (ok) or refused (the running configuration kept serving).",
             m.reloads.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             "sluice_decision_log_dropped",
             "Decision log lines (denials, shadow denials, store errors) not written because \
              decision_log.denials_per_second was reached.",
             m.log_dropped.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_snapshot_writes",
+            "Writes of the memory store's snapshot (store.snapshot): ok, or failed (the state written last is \
+             what a restart would read).",
+            m.snapshot_writes.writes.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_snapshot_last_success_timestamp_seconds",
+            "When the memory store's snapshot was last written, in seconds since the Unix epoch.",
+            m.snapshot_writes.last_success.clone(),
         );
         registry.register_collector(Box::new(ProcessCollector));
         // Both outcomes exist from the start, so `increase()` works on the first reload.
@@ -241,6 +281,15 @@ impl Metrics {
         }
     }
 
+    /// What counts the snapshot's writes, its series created (`ok` and `failed` at zero, so an
+    /// alert on `increase()` sees the first failure). Called by the process that writes it.
+    pub fn snapshot_writes(&self) -> SnapshotWrites {
+        for result in ["ok", "failed"] {
+            let _ = self.snapshot_writes.writes.get_or_create(&SnapshotLabels { result });
+        }
+        self.snapshot_writes.clone()
+    }
+
     /// Counts a reload, applied or refused.
     pub(crate) fn reload(&self, ok: bool) {
         self.reloads.get_or_create(&ReloadLabels { result: if ok { "ok" } else { "refused" } }).inc();
@@ -278,6 +327,33 @@ impl BodyErrors {
     pub fn stalled(&self) {
         self.0[2].inc();
     }
+}
+
+/// Counts the memory store's snapshot writes (see [`Metrics::snapshot_writes`]). Cheap to clone:
+/// clones count into the same series.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotWrites {
+    /// `sluice_snapshot_writes_total{result}`.
+    writes: Family<SnapshotLabels, Counter>,
+    /// `sluice_snapshot_last_success_timestamp_seconds{store="memory"}`.
+    last_success: Family<StoreLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl SnapshotWrites {
+    /// Counts a write: written at `unix_seconds`, or failed.
+    pub fn record(&self, written: bool, unix_seconds: f64) {
+        let result = if written { "ok" } else { "failed" };
+        self.writes.get_or_create(&SnapshotLabels { result }).inc();
+        if written {
+            self.last_success.get_or_create(&StoreLabels { store: "memory" }).set(unix_seconds);
+        }
+    }
+}
+
+/// Registers `metric` as `name` in `registry`. prometheus-client ends every help text with a
+/// period of its own: `help` is written as a sentence here, and its final period left to it.
+fn register(registry: &mut Registry, name: &str, help: &str, metric: impl Metric) {
+    registry.register(name, help.trim_end_matches('.'), metric);
 }
 
 /// A short, bounded name for a store error: the `kind` label of `sluice_store_errors_total`.
@@ -397,5 +473,29 @@ impl Collector for Scrape {
             ConstCounter::new(hits).encode(e.encode_family(&store)?)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_help_text_is_one_sentence_with_one_period() {
+        let scrape = Scrape {
+            in_flight: 0,
+            max_in_flight: Some(1),
+            store: "memory",
+            ready: true,
+            keys: vec![KeyStats { policy: "p".into(), keys: 1, evicted_fresh: 0, evicted_lru: 0 }],
+            breaker_open: Some(false),
+            deny_cache_hits: Some(0),
+        };
+        let text = Metrics::new().render(scrape);
+        let helps: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP ")).collect();
+        assert!(helps.len() >= 10, "{text}");
+        for help in helps {
+            assert!(help.ends_with('.') && !help.ends_with(".."), "{help}");
+        }
     }
 }

@@ -32,6 +32,7 @@
 mod config_view;
 mod decision_log;
 mod events;
+mod exposition;
 mod histogram;
 mod log_format;
 mod metrics;
@@ -50,9 +51,10 @@ use crate::error::GatewayError;
 pub use config_view::{config_json, policy_json};
 pub use decision_log::{DecisionLine, DecisionLog, SampleSource, TARGET as DECISION_TARGET, ThreadRandom};
 pub use events::{Reload, TARGET as EVENT_TARGET, started, stopped};
+pub use exposition::{Exposition, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, text_format};
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
-pub use metrics::{BodyErrors, Metrics, Scrape, error_kind};
+pub use metrics::{BodyErrors, Metrics, Scrape, SnapshotWrites, error_kind};
 pub use observed::{
     CHECK_API_ROUTE, FAIL_OPEN, FaceObserver, FaceRoute, LimitCounts, Observed, PendingLine, UNMATCHED_ROUTE,
 };

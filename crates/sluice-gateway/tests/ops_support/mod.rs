@@ -53,6 +53,9 @@ impl Logs {
     }
 }
 
+/// The `Accept` header of Prometheus' scrapes: `/metrics` answers OpenMetrics to it.
+pub const OPENMETRICS: &[(&str, &str)] = &[("accept", "application/openmetrics-text;version=1.0.0")];
+
 /// A parsed exposition: (name, labels, value) per sample.
 pub struct Samples {
     /// The text, for failure messages.

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 /// The binary under test.
 pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+/// The `Accept` header of Prometheus' scrapes (what it asks for first).
+pub const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
 /// How long anything may take before a test fails instead of hanging.
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -186,9 +188,9 @@ pub struct Scraped {
 }
 
 impl Scraped {
-    /// Scrapes `admin`'s `/metrics`.
+    /// Scrapes `admin`'s `/metrics` as Prometheus does, asking for OpenMetrics.
     pub fn from(admin: SocketAddr) -> Self {
-        let r = get(admin, "/metrics");
+        let r = http(admin, "GET", "/metrics", &format!("Accept: {OPENMETRICS}\r\n"), "");
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(r.body.ends_with("# EOF\n"), "an OpenMetrics exposition ends with # EOF");
         Self { text: r.body }
