@@ -13,7 +13,11 @@ fn the_plans_example_parses_into_one_limit_per_plan_and_a_default() {
     assert_eq!(jwt.keys[0].algorithm, JwtAlgorithm::Hs256);
     assert_eq!(jwt.token, TokenSource::Header("authorization".into()));
     assert_eq!(jwt.leeway, 30_000_000_000);
-    assert_eq!(jwt.on_invalid_token, OnInvalidToken::Reject, "a present token that does not verify is refused by default");
+    assert_eq!(
+        jwt.on_invalid_token,
+        OnInvalidToken::Reject,
+        "a present token that does not verify is refused by default"
+    );
     assert!(!format!("{jwt:?}").contains("change me"), "the secret never shows");
     let limits = &cfg.routes[0].limits;
     let names: Vec<_> = limits.iter().map(|l| cfg.policies[l.policy].name.as_str()).collect();

@@ -115,7 +115,11 @@ async fn a_request_without_the_field_counts_against_a_shared_key_and_an_unkeyabl
     // A body sent with no content type, or as another kind, is not read as JSON: an
     // application would parse it as what it says it is (or not at all). 415, nothing charged.
     let victim = r#"{"email": "victim@example.com"}"#;
-    for (i, typ) in [None, Some("application/x-www-form-urlencoded"), Some("text/plain"), Some("multipart/form-data; boundary=x")].iter().enumerate() {
+    for (i, typ) in
+        [None, Some("application/x-www-form-urlencoded"), Some("text/plain"), Some("multipart/form-data; boundary=x")]
+            .iter()
+            .enumerate()
+    {
         let ip = format!("198.51.100.{}", 60 + i);
         let mut headers = vec![("x-forwarded-for", ip.as_str())];
         headers.extend(typ.map(|t| ("content-type", t)));

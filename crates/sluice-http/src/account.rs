@@ -57,11 +57,8 @@ fn pass(text: &str) -> String {
     // Plain lower-case ASCII letters, digits and the usual address punctuation map to
     // themselves except through the confusable table: the table still runs, but the
     // normalisation passes before it have nothing to do.
-    let folded: String = if trimmed.is_ascii() {
-        trimmed.to_ascii_lowercase()
-    } else {
-        trimmed.nfkc().flat_map(fold_case).collect()
-    };
+    let folded: String =
+        if trimmed.is_ascii() { trimmed.to_ascii_lowercase() } else { trimmed.nfkc().flat_map(fold_case).collect() };
     skeleton(&folded).filter(|c| !is_combining_mark(*c)).flat_map(char::to_lowercase).collect()
 }
 

@@ -287,10 +287,9 @@ impl KeyBuilder {
                 _ => None,
             },
             // A body with an ambiguous keyed field was refused before keys were built.
-            KeySource::Json(_) | KeySource::Form(_) => source
-                .body_field()
-                .and_then(|field| f.body?.key_text(field))
-                .map(|t| Cow::Owned(t.into_bytes())),
+            KeySource::Json(_) | KeySource::Form(_) => {
+                source.body_field().and_then(|field| f.body?.key_text(field)).map(|t| Cow::Owned(t.into_bytes()))
+            }
             // Routes match methods whatever their case, and HEAD as GET: keys read them alike.
             KeySource::Method => Some(match canonical_method(f.method) {
                 Cow::Borrowed(m) => Cow::Borrowed(m.as_bytes()),
@@ -519,11 +518,18 @@ mod tests {
         let json = spec(&[&[KeySource::Json("/email".into())]]);
         let form = spec(&[&[KeySource::Form("email".into())]]);
         let as_json = |t: &str| {
-            KeyedBody::Json(serde_json::from_str(&format!("{{\"email\":{}}}", serde_json::to_string(t).unwrap())).unwrap())
+            KeyedBody::Json(
+                serde_json::from_str(&format!("{{\"email\":{}}}", serde_json::to_string(t).unwrap())).unwrap(),
+            )
         };
         let as_form = |t: &[u8]| KeyedBody::Form(crate::form_body::FormBody::parse(t).unwrap());
         let victim = key(&json, &facts(&h, Some(&as_json("victim@example.com")), &c)).0;
-        for spelling in ["ｖｉｃｔｉｍ@example.com", "vi\u{308}ctim@example.com", "v\u{131}ctim@example.com", "vic\u{200b}tim@example.com"] {
+        for spelling in [
+            "ｖｉｃｔｉｍ@example.com",
+            "vi\u{308}ctim@example.com",
+            "v\u{131}ctim@example.com",
+            "vic\u{200b}tim@example.com",
+        ] {
             assert_eq!(key(&json, &facts(&h, Some(&as_json(spelling)), &c)).0, victim, "{spelling}");
         }
         let by_form = key(&form, &facts(&h, Some(&as_form(b"email=V%C3%8Fctim%40example.com")), &c));

@@ -185,7 +185,10 @@ fn numbers_are_keyed_by_value_and_nested_claims_by_pointer() {
 
 #[test]
 fn a_cached_token_still_expires_on_the_clock() {
-    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\nleeway = \"10s\"\non_invalid_token = \"fallback\""), None));
+    let s = setup(&config(
+        &format!("hs256_secret = {HS_SECRET:?}\nleeway = \"10s\"\non_invalid_token = \"fallback\""),
+        None,
+    ));
     let token = hs256().sign(&json!({ "sub": "alice", "exp": NOW + 100, "nbf": NOW + 50 }));
     assert_eq!(s.key(Some(&token), ADDRESS).1, "ip", "not valid before nbf - leeway");
     s.clock.advance(40 * NANOS_PER_SEC);
@@ -199,7 +202,10 @@ fn a_cached_token_still_expires_on_the_clock() {
 
 #[test]
 fn a_flood_of_distinct_forged_tokens_stays_within_the_cache_and_evicts_no_valid_token() {
-    let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}\ncache_entries = 64\non_invalid_token = \"fallback\""), None));
+    let s = setup(&config(
+        &format!("hs256_secret = {HS_SECRET:?}\ncache_entries = 64\non_invalid_token = \"fallback\""),
+        None,
+    ));
     let alice = hs256().sign(&claims_at(NOW, "alice", json!({})));
     let alice_key = s.key(Some(&alice), ADDRESS);
     for i in 0..1000 {
@@ -236,7 +242,12 @@ fn reject_mode_refuses_invalid_tokens_with_401_and_lets_anonymous_requests_throu
     // take any run of spaces or a tab): never "no token", which would fall back to the address.
     let valid = hs256().sign(&claims_at(NOW, "victim", json!({})));
     assert_eq!(s.key(Some(&valid), ADDRESS).1, "jwt");
-    for line in [format!("Bearer {valid}="), format!("Bearer  {valid}"), format!("Bearer\t{valid}"), format!("bearer {valid}==")] {
+    for line in [
+        format!("Bearer {valid}="),
+        format!("Bearer  {valid}"),
+        format!("Bearer\t{valid}"),
+        format!("bearer {valid}=="),
+    ] {
         let mut h = http::HeaderMap::new();
         h.insert("authorization", line.parse().unwrap());
         assert_eq!(s.key_with("/sub", &h, ADDRESS), Err(KeyRefusal::InvalidToken), "{line:?}");

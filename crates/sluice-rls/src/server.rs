@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use sluice_gateway::observe::Exposition;
 use tokio::net::TcpListener;
 use tonic::body::Body;
 use tonic::service::Routes;
@@ -67,7 +68,13 @@ pub async fn serve(listener: TcpListener, rls: Arc<Rls>, shutdown: impl Future<O
 async fn route(req: Request<Incoming>, routes: Routes, rls: Arc<Rls>) -> Response<Body> {
     match (req.method(), req.uri().path()) {
         (&Method::POST, "/json") => json_answer(req, &rls).await,
-        (&Method::GET, "/metrics") => plain(StatusCode::OK, "text/plain; version=0.0.4", rls.metrics_text()),
+        (&Method::GET, "/metrics") => {
+            // The same negotiation as the gateway's admin listener: OpenMetrics to Prometheus,
+            // the text format (which promtool and other agents read) to everyone else.
+            let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+            let format = Exposition::negotiate(accept);
+            plain(StatusCode::OK, format.content_type(), format.of(rls.metrics_text()))
+        }
         (&Method::GET, "/healthcheck") => plain(StatusCode::OK, "text/plain", "OK".into()),
         _ => match routes.oneshot(req).await {
             Ok(r) => r,

@@ -101,7 +101,8 @@ fn the_email_key_part_folds_plus_tags_when_asked() {
     );
     let gw = gateway(&dir, &up, "", &rest);
     let json: &[(&str, &[u8])] = &[("Content-Type", b"application/json")];
-    let post = |email: &str| request("POST", "/api/password-reset", json, format!(r#"{{"email":"{email}"}}"#).as_bytes());
+    let post =
+        |email: &str| request("POST", "/api/password-reset", json, format!(r#"{{"email":"{email}"}}"#).as_bytes());
     assert_eq!(send(addr(&gw), &post("victim@example.com")).status, 200);
     for alias in ["victim+1@example.com", " Victim+reset@Example.COM", "VICTIM@example.com"] {
         assert_eq!(send(addr(&gw), &post(alias)).status, 429, "{alias}");

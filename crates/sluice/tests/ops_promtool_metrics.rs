@@ -148,6 +148,8 @@ limits = [{{ policy = "per-ip", key = "jwt:sub|ip" }}, {{ policy = "trial", key 
         "process_resident_memory_bytes",
     ]);
     passes_promtool(admin, &families);
+    // The rate-limit service's own port: its families, in the same two formats.
+    passes_promtool(rls, &["sluice_rls_requests_total", "sluice_rls_descriptors_total"]);
 }
 
 #[test]
