@@ -197,7 +197,7 @@ pub async fn handle(
     };
     let path = match route_path(original.path) {
         Ok(p) => p,
-        Err(refused) => return respond::answer(refused.answer()),
+        Err(refused) => return respond::answer(observed.refused(None, &refused)),
     };
     let Some((route_idx, route)) = routes::find(&config.routes, original.method, &path) else {
         observed.unmatched();
@@ -214,7 +214,7 @@ pub async fn handle(
         RequestFacts { method: original.method, path: &path, route: &route.name, client: &client, headers, body: None };
     let ruling = match routes::decide_bodiless(limiter, route, &facts).await {
         Ok(r) => r,
-        Err(refused) => return respond::answer(refused.answer()),
+        Err(refused) => return respond::answer(observed.refused(Some(route_idx), &refused)),
     };
     let line = observed.record(Some(route_idx), &route.name, &ruling);
     let res = match ruling.action() {

@@ -15,7 +15,7 @@ use sluice_http::body_key::{BodyKind, BodyRefusal, KeyedBody, body_kind, keyable
 use sluice_http::headers::write_denial_headers;
 use sluice_http::identity::Client;
 use sluice_http::keys::RequestFacts;
-use sluice_http::pipeline::{Action, Limiter, Refusal, route_path};
+use sluice_http::pipeline::{Action, Limiter, route_path};
 use sluice_http::response::Answer;
 use sluice_store::{KeyHasher, Store};
 
@@ -217,7 +217,7 @@ impl Gateway {
         // never forwarded unlimited. Normalised once per request (borrowed when already normal).
         let path = match route_path(parts.uri.path()) {
             Ok(p) => p,
-            Err(refused) => return Ok(respond::answer(refused.answer())),
+            Err(refused) => return Ok(respond::answer(loaded.observed.refused(None, &refused))),
         };
         let Some((route_idx, route)) = routes::find(&loaded.config.routes, parts.method.as_str(), &path) else {
             loaded.observed.unmatched();
@@ -242,7 +242,7 @@ impl Gateway {
         let body_kind = match needs_body(&route.limits) {
             true => match body_kind(&route.limits, route.loosen, &parts.headers, parts.uri.query()) {
                 Ok(kind) => kind,
-                Err(why) => return Ok(respond::answer(Refusal::from(why).answer())),
+                Err(why) => return Ok(respond::answer(loaded.observed.refused(Some(route_idx), &why.into()))),
             },
             false => None,
         };
@@ -251,11 +251,11 @@ impl Gateway {
         let limiter = &loaded.limiter;
         let mut ruling = match routes::decide_bodiless(limiter, route, &facts).await {
             Ok(r) => r,
-            Err(refused) => return Ok(respond::answer(refused.answer())),
+            Err(refused) => return Ok(respond::answer(loaded.observed.refused(Some(route_idx), &refused))),
         };
         let mut body = ReplayBody::untouched(body);
         if needs_body(&route.limits) && ruling.allowed() {
-            let read = read_keyed_body(loaded, &client, route, body_kind, body).await;
+            let read = read_keyed_body(loaded, &client, (route_idx, route), body_kind, body).await;
             let (keyed, replay) = match read {
                 Ok(read) => read,
                 Err(answer) => {
@@ -267,7 +267,7 @@ impl Gateway {
             let facts = RequestFacts { body: keyed.as_ref(), ..facts };
             let later = match limiter.checks_of(&route.limits, &facts, |l| l.key.needs_body()) {
                 Ok(c) => c,
-                Err(refused) => return Ok(respond::answer(refused.answer())),
+                Err(refused) => return Ok(respond::answer(loaded.observed.refused(Some(route_idx), &refused))),
             };
             ruling = ruling.then(limiter.decide(later).await);
         }
@@ -304,7 +304,7 @@ impl Gateway {
 async fn read_keyed_body(
     loaded: &Loaded,
     client: &Client,
-    route: &Route,
+    (route_idx, route): (usize, &Route),
     kind: Option<BodyKind>,
     body: ReplayBody,
 ) -> Result<(Option<KeyedBody>, ReplayBody), Answer> {
@@ -323,7 +323,7 @@ async fn read_keyed_body(
     match tokio::time::timeout(Duration::from_nanos(s.body_timeout), read).await {
         Ok(Ok(prefix)) => match keyable_body(&route.limits, kind, &prefix.bytes, prefix.complete) {
             Ok(keyed) => Ok((keyed, prefix.body)),
-            Err(why) => Err(Refusal::from(why).answer()),
+            Err(why) => Err(loaded.observed.refused(Some(route_idx), &why.into())),
         },
         Ok(Err(cut)) => Err(cut.answer()),
         // The whole body did not come within `body_timeout`: too slow, like a stall.

@@ -61,6 +61,8 @@ max_body_bytes = 4096
 body_timeout = "3s"
 body_idle_timeout = "1500ms"
 max_body_reads_per_client = 2
+max_in_flight_per_client = 7
+underscore_headers = "forward"
 key_secret = "the key secret of the full configuration"
 decision_api = true
 
@@ -94,6 +96,8 @@ name = "reset"
 path = "/api/reset"
 methods = ["POST"]
 cost = 2
+exact = true
+loosen = ["query"]
 limits = [
   {{ policy = "window", key = ["json:/email", "route"], cost = 1 }},
   {{ key = "jwt:sub|user", policy_by = "jwt:plan", policies = {{ pro = "bucket" }}, default_policy = "leaky" }},

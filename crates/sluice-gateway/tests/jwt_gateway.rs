@@ -86,6 +86,11 @@ async fn one_caller_is_one_bucket_and_forged_tokens_never_touch_the_victims() {
         "the victim's bucket is untouched"
     );
     assert_eq!(get(&c, "203.0.113.5", None).await.num("ratelimit-remaining"), 9, "nor the address's");
+    // Each refusal is counted, under its route and why.
+    let loaded = gw.gateway.config();
+    let text = gw.gateway.observer().metrics().render(Scrape::of(loaded.store().as_ref(), 0));
+    let refused = r#"sluice_refused_total{route="/api",reason="token"} 6"#;
+    assert!(text.lines().any(|l| l == refused), "{refused} not in:\n{text}");
     // Two Authorization lines: 400 (never "pick one").
     let mut two = vec![("x-forwarded-for", "198.51.100.9")];
     let line = format!("Bearer {victim}");

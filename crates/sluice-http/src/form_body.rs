@@ -189,7 +189,7 @@ mod tests {
             let same = if folds { n.eq_ignore_ascii_case(field) } else { n == field };
             same.then(|| decode(v).ok()).flatten()
         });
-        if last { hits.last() } else { hits.next() }
+        if last { hits.next_back() } else { hits.next() }
     }
 
     proptest! {

@@ -295,7 +295,7 @@ impl KeyBuilder {
                 Cow::Borrowed(m) => Cow::Borrowed(m.as_bytes()),
                 Cow::Owned(m) => Cow::Owned(m.into_bytes()),
             }),
-            KeySource::Path => Some(Cow::Borrowed(f.path.as_bytes())),
+            KeySource::Path => Some(Cow::Borrowed(without_format(f.path).as_bytes())),
             KeySource::Route => Some(Cow::Borrowed(f.route.as_bytes())),
             KeySource::Const(c) => Some(Cow::Borrowed(c.as_bytes())),
             KeySource::Email(inner) => {
@@ -316,6 +316,25 @@ impl KeyBuilder {
                 },
             },
         })
+    }
+}
+
+/// `path` without a format suffix on its last segment (`/api/items.json` is `/api/items`): Rails
+/// and Spring serve both as one resource, and routes match both, so a `path` key part that told
+/// them apart would give a fresh allowance per extension (`.json`, `.xml`, `.a`, `.b`...).
+///
+/// ```
+/// # use sluice_http::keys::without_format;
+/// assert_eq!(without_format("/api/items.json"), "/api/items");
+/// assert_eq!(without_format("/api/v1.2/items.tar.gz"), "/api/v1.2/items");
+/// assert_eq!(without_format("/.well-known/x"), "/.well-known/x");
+/// assert_eq!(without_format("/a/.hidden"), "/a/.hidden");
+/// ```
+pub fn without_format(path: &str) -> &str {
+    let last = path.rfind('/').map_or(0, |i| i + 1);
+    match path[last..].find('.') {
+        Some(dot) if dot > 0 => &path[..last + dot],
+        _ => path,
     }
 }
 

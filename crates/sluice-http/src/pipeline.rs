@@ -116,6 +116,24 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Why requests are refused, as metrics name it (`sluice_refused_total{reason}`), in the
+    /// order [`Refusal::reason`] indexes: the path, a keyed header (repeated, spelled with `_`,
+    /// or not printable ASCII), a token that does not verify, a keyed body's content type, a
+    /// keyed field also in the query, the keyed body itself.
+    pub const REASONS: [&'static str; 6] = ["path", "header", "token", "content_type", "query", "body"];
+
+    /// The position of this refusal's reason in [`Refusal::REASONS`].
+    pub fn reason(&self) -> usize {
+        match self {
+            Refusal::Path(_) => 0,
+            Refusal::Key(KeyRefusal::InvalidToken) => 2,
+            Refusal::Key(_) => 1,
+            Refusal::Body(BodyRefusal::ContentType) => 3,
+            Refusal::Body(BodyRefusal::FieldInQuery) => 4,
+            Refusal::Body(_) => 5,
+        }
+    }
+
     /// The 400 that answers it; 401 with `WWW-Authenticate: Bearer error="invalid_token"` for
     /// an invalid token; 415 for a keyed body whose content type the route does not read.
     pub fn answer(&self) -> Answer {

@@ -230,10 +230,11 @@ async fn a_shaping_limit_holds_each_request_for_its_delay_before_the_service_run
 #[path = "jwt_keys/mod.rs"]
 mod jwt_keys;
 
-#[tokio::test]
-async fn the_layer_keys_on_verified_token_claims_and_ignores_forged_ones() {
-    use jwt_keys::{HS_SECRET, claims, forged, hs256};
-    let cfg = sluice_config::parse("l.toml", &format!("[identity.jwt]\nhs256_secret = {HS_SECRET:?}\n")).unwrap();
+/// An app behind a layer limiting `/me` per `jwt:sub|ip` (2 per key), its `[identity.jwt]`
+/// table extended by `extra`.
+fn jwt_app(extra: &str) -> Client {
+    let table = format!("[identity.jwt]\nhs256_secret = {:?}\n{extra}\n", jwt_keys::HS_SECRET);
+    let cfg = sluice_config::parse("l.toml", &table).unwrap();
     let by_sub = KeySpec { parts: vec![vec![KeySource::Jwt("/sub".into()), KeySource::Ip]] };
     let layer = RateLimitLayer::builder(store())
         .limit("per-key", by_sub)
@@ -241,7 +242,13 @@ async fn the_layer_keys_on_verified_token_claims_and_ignores_forged_ones() {
         .jwt(cfg.identity.jwt.clone().unwrap())
         .build()
         .unwrap();
-    let c = Client { app: Router::new().route("/me", get(|| async { "me" })).layer(layer) };
+    Client { app: Router::new().route("/me", get(|| async { "me" })).layer(layer) }
+}
+
+#[tokio::test]
+async fn the_layer_keys_on_verified_token_claims_and_ignores_forged_ones() {
+    use jwt_keys::{claims, forged, hs256};
+    let c = jwt_app("");
     let token = hs256().sign(&claims("alice", serde_json::json!({})));
     let bearer = format!("Bearer {token}");
     // alice from two addresses: one limit (per-key holds 2).
@@ -255,19 +262,7 @@ async fn the_layer_keys_on_verified_token_claims_and_ignores_forged_ones() {
     let res = c.get("/me", &[("x-forwarded-for", "198.51.100.9"), ("authorization", fake.as_str())]).await;
     assert_eq!(res.status, 401);
     // With `on_invalid_token = "fallback"`, it is keyed by its address.
-    let cfg = sluice_config::parse(
-        "l.toml",
-        &format!("[identity.jwt]\nhs256_secret = {HS_SECRET:?}\non_invalid_token = \"fallback\"\n"),
-    )
-    .unwrap();
-    let by_sub = KeySpec { parts: vec![vec![KeySource::Jwt("/sub".into()), KeySource::Ip]] };
-    let layer = RateLimitLayer::builder(store())
-        .limit("per-key", by_sub)
-        .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
-        .jwt(cfg.identity.jwt.clone().unwrap())
-        .build()
-        .unwrap();
-    let c = Client { app: Router::new().route("/me", get(|| async { "me" })).layer(layer) };
+    let c = jwt_app("on_invalid_token = \"fallback\"");
     let res = c.get("/me", &[("x-forwarded-for", "198.51.100.9"), ("authorization", fake.as_str())]).await;
     assert_eq!((res.status, res.num("ratelimit-remaining")), (200, 1));
 }

@@ -316,6 +316,25 @@ fn format_suffixes_and_trailing_dots_or_whitespace_do_not_escape_a_limit() {
 }
 
 #[test]
+fn a_path_keyed_limit_is_one_key_whatever_the_format_suffix() {
+    // Keyed by `path`, each extension used to be a fresh allowance on one resource: Rails and
+    // Spring serve /api/items.json, .xml and .anything as /api/items.
+    let (dir, up) = (TempDir::new("pathkey"), Recorder::start());
+    let rest = format!(
+        "{ONE_PER_HOUR}\n[[route]]\npath = \"/api/*\"\nlimits = [{{ policy = \"per-account\", key = \"path\" }}]\n"
+    );
+    let gw = gateway(&dir, &up, "", &rest);
+    let get = |target: &str| send(addr(&gw), &request("GET", target, &[], b"")).status;
+    assert_eq!(get("/api/items"), 200);
+    for target in ["/api/items.json", "/api/items.xml", "/api/items.a", "/api/ITEMS.tar.gz"] {
+        assert_eq!(get(target), 429, "{target}");
+    }
+    // Another resource is another key.
+    assert_eq!(get("/api/orders.json"), 200);
+    assert_eq!(up.count(), 2);
+}
+
+#[test]
 fn check_config_warns_when_unrouted_requests_pass_unlimited() {
     let dir = TempDir::new("unrouted");
     let route = format!(

@@ -31,6 +31,13 @@ pub(crate) struct RequestLabels {
     pub outcome: &'static str,
 }
 
+/// `sluice_refused_total`: one per request refused before any limit decided it.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RefusedLabels {
+    pub route: String,
+    pub reason: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct StoreLabels {
     pub store: &'static str,
@@ -102,6 +109,9 @@ pub struct Metrics {
     pub(crate) shed_per_client: Counter,
     /// `sluice_request_body_errors_total`: request bodies cut, by reason.
     body_errors: Family<BodyErrorLabels, Counter>,
+    /// `sluice_refused_total`: requests refused because readers could disagree on them, by
+    /// route and reason.
+    pub(crate) refused: Family<RefusedLabels, Counter>,
     /// `sluice_config_reloads_total`, applied or refused.
     reloads: Family<ReloadLabels, Counter>,
     /// `sluice_decision_log_dropped_total`: lines the denial cap refused.
@@ -135,6 +145,7 @@ impl Metrics {
             shed: Counter::default(),
             shed_per_client: Counter::default(),
             body_errors: Family::default(),
+            refused: Family::default(),
             reloads: Family::default(),
             log_dropped: Counter::default(),
             snapshot_writes: SnapshotWrites::default(),
@@ -192,6 +203,14 @@ impl Metrics {
             "sluice_shed_per_client",
             "Requests answered 429 because their client already had max_in_flight_per_client requests in flight.",
             m.shed_per_client.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_refused",
+            "Requests refused before any limit decided them, because the application behind sluice could read \
+             them another way, by route (unmatched for a path) and reason: path, header, token, content_type, \
+             query, body.",
+            m.refused.clone(),
         );
         register(
             &mut registry,

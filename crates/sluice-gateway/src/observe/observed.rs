@@ -8,14 +8,16 @@ use sluice_config::Config;
 use sluice_core::{Decision, ceil_millis};
 use sluice_http::enforce::{Outcome, PolicyInfo};
 use sluice_http::keys::KeyKind;
-use sluice_http::pipeline::{Ruling, Timing};
+use sluice_http::pipeline::{Refusal, Ruling, Timing};
+use sluice_http::response::Answer;
 use sluice_store::{Check, Store, StoreError};
 
 use super::Observer;
 use super::decision_log::{DecisionLine, DecisionLog};
 use super::histogram::LatencyHistogram;
 use super::metrics::{
-    BodyErrors, DECISION_OUTCOMES, DecisionLabels, Metrics, REQUEST_OUTCOMES, RequestLabels, StoreLabels, error_kind,
+    BodyErrors, DECISION_OUTCOMES, DecisionLabels, Metrics, REQUEST_OUTCOMES, RefusedLabels, RequestLabels,
+    StoreLabels, error_kind,
 };
 
 /// The `route` label (and log field) of decisions made through the decision API; it is also the
@@ -408,6 +410,9 @@ pub struct Observed {
     unmatched: Counter,
     /// Request bodies cut, by reason.
     body_errors: Arc<BodyErrors>,
+    /// Per configured route (same order), then one for requests refused before a route was
+    /// found (their path): one counter per reason of [`Refusal::REASONS`].
+    refused: Vec<[Counter; 6]>,
 }
 
 impl Observed {
@@ -424,7 +429,21 @@ impl Observed {
         let unmatched =
             m.requests.get_or_create_owned(&RequestLabels { route: UNMATCHED_ROUTE.into(), outcome: "unlimited" });
         let body_errors = Arc::new(m.body_errors());
-        Self { recorder: Recorder::new(observer, store, &config.decision_log), routes, api, unmatched, body_errors }
+        let refused_of = |route: &str| {
+            Refusal::REASONS
+                .map(|reason| m.refused.get_or_create_owned(&RefusedLabels { route: route.to_owned(), reason }))
+        };
+        let refused = config.routes.iter().map(|r| refused_of(&r.name)).chain([refused_of(UNMATCHED_ROUTE)]).collect();
+        let recorder = Recorder::new(observer, store, &config.decision_log);
+        Self { recorder, routes, api, unmatched, body_errors, refused }
+    }
+
+    /// Counts a request refused before any limit decided it (under its route, or `unmatched`
+    /// when its path was refused before a route was found), and gives its answer.
+    pub fn refused(&self, route: Option<usize>, why: &Refusal) -> Answer {
+        let at = route.unwrap_or(self.refused.len() - 1).min(self.refused.len() - 1);
+        self.refused[at][why.reason()].inc();
+        why.answer()
     }
 
     /// The observer these handles report to.
