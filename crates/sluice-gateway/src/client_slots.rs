@@ -1,15 +1,17 @@
 //! How many of something each client holds at once — requests in flight, body reads — so that
 //! one client cannot take every slot of `max_in_flight`.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use hashbrown::HashTable;
 
 /// Shards of the per-client counts: the worker threads take different locks for different
 /// clients.
 const SHARDS: usize = 16;
+const _: () = assert!(SHARDS.is_power_of_two(), "a shard is picked by the hash's top bits");
 
 /// Slots held now, in all and per client. A client has an entry only while it holds a slot, so
 /// the counts take memory for the clients of the requests in progress, no more.
@@ -30,9 +32,11 @@ const SHARDS: usize = 16;
 pub struct ClientSlots {
     /// Slots held, every client together.
     total: AtomicUsize,
-    /// Slots held per client (the grouped address), in the shard its hash picks.
-    shards: [Mutex<HashMap<IpAddr, usize>>; SHARDS],
-    /// Picks a client's shard: seeded per process, so no client chooses whose lock it shares.
+    /// Slots held per client (the grouped address, and how many), in the shard its hash picks.
+    /// A table keyed by the one hash [`ClientSlots::hash`] makes: a request hashes its client
+    /// once, and its slot keeps the hash for giving the slot back.
+    shards: [Mutex<HashTable<(IpAddr, usize)>>; SHARDS],
+    /// Hashes clients: seeded per process, so no client chooses whose lock or bucket it shares.
     pick: RandomState,
 }
 
@@ -42,8 +46,8 @@ pub struct ClientSlots {
 pub struct Slot {
     /// The counts it belongs to.
     slots: Arc<ClientSlots>,
-    /// The client it counts for, once claimed.
-    who: Option<IpAddr>,
+    /// The client it counts for, once claimed, with its hash.
+    who: Option<(IpAddr, u64)>,
 }
 
 impl Default for ClientSlots {
@@ -69,16 +73,17 @@ impl ClientSlots {
     /// `limit`: then false, and `slot` stays unclaimed.
     pub fn claim(&self, slot: &mut Slot, who: IpAddr, limit: usize) -> bool {
         debug_assert!(slot.who.is_none() && std::ptr::eq(Arc::as_ptr(&slot.slots), self));
-        let mut held = self.shard(who);
-        let n = held.entry(who).or_insert(0);
-        if *n >= limit {
-            if *n == 0 {
-                held.remove(&who);
+        let hash = self.hash(who);
+        let mut held = self.shard(hash);
+        match held.find_mut(hash, |(ip, _)| *ip == who) {
+            Some((_, n)) if *n >= limit => return false,
+            Some((_, n)) => *n += 1,
+            None if limit == 0 => return false,
+            None => {
+                held.insert_unique(hash, (who, 1), |(ip, _)| self.hash(*ip));
             }
-            return false;
         }
-        *n += 1;
-        slot.who = Some(who);
+        slot.who = Some((who, hash));
         true
     }
 
@@ -95,7 +100,8 @@ impl ClientSlots {
 
     /// Slots `who` holds now.
     pub fn held_by(&self, who: IpAddr) -> usize {
-        self.shard(who).get(&who).copied().unwrap_or(0)
+        let hash = self.hash(who);
+        self.shard(hash).find(hash, |(ip, _)| *ip == who).map_or(0, |(_, n)| *n)
     }
 
     /// Clients holding a slot now (the entries kept).
@@ -103,20 +109,26 @@ impl ClientSlots {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
     }
 
-    fn shard(&self, who: IpAddr) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
-        let i = (self.pick.hash_one(who) % SHARDS as u64) as usize;
+    fn hash(&self, who: IpAddr) -> u64 {
+        self.pick.hash_one(who)
+    }
+
+    /// The shard of a client whose hash is `hash`: its top bits (the table inside uses the low
+    /// ones, so the two choices do not go together).
+    fn shard(&self, hash: u64) -> MutexGuard<'_, HashTable<(IpAddr, usize)>> {
+        let i = (hash >> (64 - SHARDS.trailing_zeros())) as usize;
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(who) = self.who {
-            let mut held = self.slots.shard(who);
-            if let Some(n) = held.get_mut(&who) {
-                *n -= 1;
-                if *n == 0 {
-                    held.remove(&who);
+        if let Some((who, hash)) = self.who {
+            let mut held = self.slots.shard(hash);
+            if let Ok(mut entry) = held.find_entry(hash, |(ip, _)| *ip == who) {
+                entry.get_mut().1 -= 1;
+                if entry.get().1 == 0 {
+                    entry.remove();
                 }
             }
         }
