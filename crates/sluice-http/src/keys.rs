@@ -558,4 +558,39 @@ mod tests {
         // A json: part reads nothing from a form body (and the other way round): absent.
         assert_eq!(key(&json, &facts(&h, Some(&as_form(b"email=victim%40example.com")), &c)).1, "absent");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(sluice_core::fuzz_cases(3000)))]
+
+        /// Any header name and value reach a key or a refusal, never a panic; a value with a byte
+        /// outside printable ASCII, or a name that spells the keyed header with `_`, is refused.
+        #[test]
+        fn keyed_headers_are_keyed_or_refused_never_misread(
+            name in proptest::prop_oneof![
+                proptest::prelude::Just("x-api-key".to_string()),
+                proptest::prelude::Just("x_api_key".to_string()),
+                proptest::prelude::Just("x-api_key".to_string()),
+                "[a-z_-]{1,12}",
+            ],
+            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+        ) {
+            let c = client(false);
+            let s = spec(&[&[KeySource::Header("x-api-key".into()), KeySource::Ip]]);
+            let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name.as_bytes()), http::HeaderValue::from_bytes(&value))
+            else {
+                return Ok(());
+            };
+            let mut h = HeaderMap::new();
+            h.insert(n.clone(), v);
+            let got = keys().key("p", &s, &facts(&h, None, &c));
+            let printable = value.iter().all(|b| (b' '..=b'~').contains(b));
+            if n.as_str() == "x-api-key" && !value.is_empty() && !printable {
+                proptest::prop_assert_eq!(got, Err(KeyRefusal::HeaderValue("x-api-key".into())));
+            } else if n.as_str() != "x-api-key" && n.as_str().replace('_', "-") == "x-api-key" {
+                proptest::prop_assert_eq!(got, Err(KeyRefusal::OtherSpelling("x-api-key".into())));
+            } else {
+                proptest::prop_assert!(got.is_ok(), "{:?} {:?}: {:?}", name, value, got);
+            }
+        }
+    }
 }
