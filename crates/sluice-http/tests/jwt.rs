@@ -280,7 +280,12 @@ proptest! {
         if let Ok(v) = http::HeaderValue::from_bytes(&bytes) {
             h.insert("authorization", v);
         }
-        prop_assert_eq!(s.key_with("/sub", &h, ADDRESS).unwrap().1, "ip");
+        // Never an identity: keyed by the address, or (the default `reject`) refused as an
+        // invalid token.
+        match s.key_with("/sub", &h, ADDRESS) {
+            Ok((_, kind)) => prop_assert_eq!(kind, "ip"),
+            Err(e) => prop_assert_eq!(e, KeyRefusal::InvalidToken),
+        }
         prop_assert!(s.verifier.cached().1 <= 16);
     }
 
