@@ -13,6 +13,7 @@ use sluice_core::{ManualClock, NANOS_PER_SEC};
 use sluice_gateway::observe::{Observed, Observer, ThreadRandom};
 use sluice_gateway::stores::{memory_options, named_policies};
 use sluice_http::enforce::{Outcome, PolicyInfo};
+use sluice_http::lifecycle::Counted;
 use sluice_http::pipeline::Timing;
 use sluice_store::{Check, KeyHasher, MemoryStore};
 
@@ -72,7 +73,16 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(store.decide_now(black_box(&checks)).map(|v| v.allowed)))
     });
     g.bench_function("count an admitted decision (2 limits)", |b| {
-        b.iter(|| observed.decided(Some(0), black_box(&checks), &[0, 1], &policies, black_box(&admitted), timing))
+        b.iter(|| {
+            observed.decided(
+                Counted::Route(0, "/api/*"),
+                black_box(&checks),
+                &[0, 1],
+                &policies,
+                black_box(&admitted),
+                timing,
+            )
+        })
     });
     g.bench_function("choose a log line for an admitted decision (sample 0.01)", |b| {
         b.iter(|| black_box(observed.pick(black_box(&admitted))))

@@ -1,5 +1,6 @@
 //! `POST /v1/check`: the decision service, for applications that ask instead of proxying.
 
+use std::convert::Infallible;
 use std::net::IpAddr;
 
 use http::header::AUTHORIZATION;
@@ -9,7 +10,8 @@ use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
 use sluice_config::DecisionApi;
 use sluice_core::{Decision, ceil_millis};
-use sluice_http::pipeline::{Checks, Limiter};
+use sluice_http::lifecycle::{Counted, Face, Lifecycle};
+use sluice_http::pipeline::{Checks, Limiter, Ruling};
 use sluice_http::response::Answer;
 use sluice_store::Check;
 
@@ -176,32 +178,69 @@ pub async fn handle(
         checks.push(Check { policy, key: limiter.keys().named(&c.policy, &c.key), cost: c.cost });
     }
     let kinds = vec!["api"; checks.len()];
-    let ruling = limiter.decide(Checks::new(checks, kinds)).await;
-    let line = observed.record(None, CHECK_API_ROUTE, &ruling);
-    let Ok(outcome) = &ruling.outcome else {
-        let answer = Answer::limiter_unavailable();
-        line.emit(answer.status.as_u16());
-        return respond::answer(answer);
-    };
-    let checks = outcome
-        .decisions
-        .iter()
-        .zip(&asked)
-        .map(|(d, c)| CheckReply { policy: &c.policy, decision: DecisionReply::of(d) })
-        .collect();
-    let view = ruling.view();
-    let mut decision = DecisionReply::of(&view.map_or(outcome.decisions[0], |v| v.decision));
-    decision.allowed = outcome.allowed;
-    decision.retry_after_ms = if outcome.allowed { 0 } else { decision.retry_after_ms };
-    decision.delay_ms = ceil_millis(outcome.delay());
-    let status = if outcome.allowed || view.is_none() { StatusCode::OK } else { limiter.deny_status() };
-    let reply = Reply { decision, checks };
-    let mut res = respond::answer(Answer::json(status, &reply));
-    if outcome.allowed {
-        ruling.write_headers(res.headers_mut());
-    } else {
-        ruling.write_denied_headers(res.headers_mut());
+    let face = Replied { asked: &asked, deny_status: limiter.deny_status() };
+    let lifecycle = Lifecycle::new(limiter, observed);
+    match lifecycle.checked(Counted::Named(CHECK_API_ROUTE), Checks::new(checks, kinds), (), face).await {
+        Ok(res) => res,
+        Err(never) => match never {},
     }
-    line.emit(res.status().as_u16());
-    res
+}
+
+/// The decision API's face: admitted or denied, the answer is the decision in JSON.
+struct Replied<'a> {
+    /// The checks as asked (their policies name the replies).
+    asked: &'a [OneCheck],
+    /// The status of a denial.
+    deny_status: StatusCode,
+}
+
+impl Replied<'_> {
+    /// The decision as the API reports it: 200 when admitted, the deny status when denied.
+    fn reply(&self, ruling: &Ruling<'_>) -> Response<Body> {
+        let Ok(outcome) = &ruling.outcome else { return respond::answer(Answer::limiter_unavailable()) };
+        let checks = outcome
+            .decisions
+            .iter()
+            .zip(self.asked)
+            .map(|(d, c)| CheckReply { policy: &c.policy, decision: DecisionReply::of(d) })
+            .collect();
+        let view = ruling.view();
+        let mut decision = DecisionReply::of(&view.map_or(outcome.decisions[0], |v| v.decision));
+        decision.allowed = outcome.allowed;
+        decision.retry_after_ms = if outcome.allowed { 0 } else { decision.retry_after_ms };
+        decision.delay_ms = ceil_millis(outcome.delay());
+        let status = if outcome.allowed || view.is_none() { StatusCode::OK } else { self.deny_status };
+        respond::answer(Answer::json(status, &Reply { decision, checks }))
+    }
+}
+
+impl Face for Replied<'_> {
+    type Request = ();
+    type Response = Response<Body>;
+    type Error = Infallible;
+
+    /// Shaping is the caller's to do: the reply says how long (`delay_ms`), at once.
+    const HOLDS_DELAY: bool = false;
+
+    fn answer(&self, answer: Answer) -> Response<Body> {
+        respond::answer(answer)
+    }
+
+    fn status(response: &Response<Body>) -> u16 {
+        response.status().as_u16()
+    }
+
+    fn headers_mut(response: &mut Response<Body>) -> Option<&mut HeaderMap> {
+        Some(response.headers_mut())
+    }
+
+    async fn pass_on(self, _: (), _: Counted<'_>, ruling: &Ruling<'_>) -> Result<Response<Body>, Infallible> {
+        Ok(self.reply(ruling))
+    }
+
+    fn deny(self, _: Counted<'_>, ruling: &Ruling<'_>, _: Answer) -> Result<Response<Body>, Infallible> {
+        let mut res = self.reply(ruling);
+        ruling.write_denied_headers(res.headers_mut());
+        Ok(res)
+    }
 }

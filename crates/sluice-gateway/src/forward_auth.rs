@@ -58,18 +58,19 @@
 //! assert_eq!(ask("10.0.0.3"), 429, "and its second, through another proxy");
 //! ```
 
+use std::convert::Infallible;
 use std::net::IpAddr;
 
 use http::{HeaderMap, HeaderName, Method, Response, StatusCode};
 use sluice_config::Config;
+
 use sluice_http::body_key::needs_body;
-use sluice_http::keys::RequestFacts;
-use sluice_http::pipeline::{Action, Limiter, route_path};
+use sluice_http::lifecycle::{Asked, Counted, Face, Lifecycle};
+use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::Answer;
 
 use crate::observe::{EVENT_TARGET, Observed};
 use crate::respond::{self, Body};
-use crate::routes;
 
 /// The headers that name the original method: Traefik's and Caddy's, then nginx recipes'.
 pub const METHOD_HEADERS: [HeaderName; 2] =
@@ -195,47 +196,61 @@ pub async fn handle(
         Ok(o) => o,
         Err(why) => return respond::answer(Answer::bad_request(&why.to_string())),
     };
-    let path = match route_path(original.path) {
-        Ok(p) => p,
-        Err(refused) => return respond::answer(observed.refused(None, &refused)),
-    };
-    let Some((route_idx, route)) = routes::find(&config.routes, original.method, &path) else {
-        observed.unmatched();
-        return respond::json(200, &Unlimited { status: "unlimited" });
-    };
-    if needs_body(&route.limits) {
-        return respond::error(
+    let asked = Asked { method: original.method, path: original.path, query: None, headers };
+    let face = Asking { config };
+    match Lifecycle::new(limiter, observed).routed(&config.routes, &client, asked, face).await {
+        Ok(res) => res,
+        Err(never) => match never {},
+    }
+}
+
+/// Forward-auth's face: an admitted original is answered 200 (with the rate-limit headers, for
+/// the proxy to copy), a denial with `forward_auth.deny_status`, an original no route matches
+/// 200 unlimited; bodies are never received.
+struct Asking<'a> {
+    /// The configuration (its `[forward_auth]` deny status).
+    config: &'a Config,
+}
+
+impl<'a> Face for Asking<'a> {
+    type Request = Asked<'a>;
+    type Response = Response<Body>;
+    type Error = Infallible;
+
+    fn answer(&self, answer: Answer) -> Response<Body> {
+        respond::answer(answer)
+    }
+
+    fn status(response: &Response<Body>) -> u16 {
+        response.status().as_u16()
+    }
+
+    fn headers_mut(response: &mut Response<Body>) -> Option<&mut HeaderMap> {
+        Some(response.headers_mut())
+    }
+
+    async fn pass_on(self, _: Asked<'_>, at: Counted<'_>, _: &Ruling<'_>) -> Result<Response<Body>, Infallible> {
+        Ok(respond::json(200, &respond::Allowed { status: "allowed", route: at.name() }))
+    }
+
+    fn deny(self, _: Counted<'_>, _: &Ruling<'_>, mut answer: Answer) -> Result<Response<Body>, Infallible> {
+        if let Some(status) = self.config.forward_auth.as_ref().and_then(|f| StatusCode::from_u16(f.deny_status).ok()) {
+            answer.status = status;
+        }
+        Ok(respond::answer(answer))
+    }
+
+    async fn unmatched(self, _: Asked<'_>) -> Result<Response<Body>, Infallible> {
+        Ok(respond::json(200, &Unlimited { status: "unlimited" }))
+    }
+
+    fn body_unreadable(self, _: usize) -> Response<Body> {
+        respond::error(
             500,
             "not_decidable",
             "This route keys a limit on the request body, which forward-auth does not receive.",
-        );
+        )
     }
-    let facts =
-        RequestFacts { method: original.method, path: &path, route: &route.name, client: &client, headers, body: None };
-    let ruling = match routes::decide_bodiless(limiter, route, &facts).await {
-        Ok(r) => r,
-        Err(refused) => return respond::answer(observed.refused(Some(route_idx), &refused)),
-    };
-    let line = observed.record(Some(route_idx), &route.name, &ruling);
-    let res = match ruling.action() {
-        Action::Admit { delay } => {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            let mut res = respond::json(200, &respond::Allowed { status: "allowed", route: &route.name });
-            ruling.write_headers(res.headers_mut());
-            res
-        }
-        Action::Deny(mut answer) => {
-            if let Some(status) = config.forward_auth.as_ref().and_then(|f| StatusCode::from_u16(f.deny_status).ok()) {
-                answer.status = status;
-            }
-            respond::answer(answer)
-        }
-        Action::Unavailable(answer) => respond::answer(answer),
-    };
-    line.emit(res.status().as_u16());
-    res
 }
 
 /// The body of an original that no route limits.

@@ -10,12 +10,12 @@ use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Either;
 use hyper::body::Incoming;
-use sluice_config::{Config, KeySource, OnDeny, PlanChoice, Route, TokenSource};
-use sluice_http::body_key::{BodyKind, BodyRefusal, KeyedBody, body_kind, keyable_body, needs_body};
+use sluice_config::{Config, KeySource, OnDeny, PlanChoice, TokenSource};
+use sluice_http::body_key::BodyRefusal;
 use sluice_http::headers::write_denial_headers;
 use sluice_http::identity::Client;
-use sluice_http::keys::RequestFacts;
-use sluice_http::pipeline::{Action, Limiter, route_path};
+use sluice_http::lifecycle::{BodyPrefix, Counted, Face, Lifecycle};
+use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::Answer;
 use sluice_store::{KeyHasher, Store};
 
@@ -27,7 +27,6 @@ use crate::forward_auth;
 use crate::observe::{Observed, Observer};
 use crate::proxy::{Forwarding, Upstream};
 use crate::respond::{self, Body};
-use crate::routes;
 use crate::serve::{Dropped, Handler};
 use crate::stores::StoreBuilder;
 
@@ -209,125 +208,106 @@ impl Gateway {
             let (limiter, observed, config) = (&loaded.limiter, &loaded.observed, &loaded.config);
             return Ok(forward_auth::handle(limiter, observed, config, peer.ip(), req.headers()).await);
         }
-        let (parts, body) = req.into_parts();
+        let (head, body) = req.into_parts();
         // Every body is cut when it stalls, read for keys or streamed upstream.
-        let body = loaded.body_watch.watch(body);
-        // Routes match, and the `path` key part reads, the normalised path: spellings of one
-        // resource share one route and one key; a path upstreams read differently is refused,
-        // never forwarded unlimited. Normalised once per request (borrowed when already normal).
-        let path = match route_path(parts.uri.path()) {
-            Ok(p) => p,
-            Err(refused) => return Ok(respond::answer(loaded.observed.refused(None, &refused))),
-        };
-        let Some((route_idx, route)) = routes::find(&loaded.config.routes, parts.method.as_str(), &path) else {
-            loaded.observed.unmatched();
-            return Ok(match &loaded.upstream {
-                Some(up) => {
-                    let req = Request::from_parts(parts, ReplayBody::untouched(body));
-                    up.forward(req, &client, &loaded.forwarding).await
-                }
-                None => respond::error(404, "not_found", "No such route."),
-            });
-        };
-        let facts = RequestFacts {
-            method: parts.method.as_str(),
-            path: &path,
-            route: &route.name,
-            client: &client,
-            headers: &parts.headers,
-            body: None,
-        };
-        // A body the route keys on must be read as the application will read it: its content
-        // type and the query string are checked before anything is charged.
-        let body_kind = match needs_body(&route.limits) {
-            true => match body_kind(&route.limits, route.loosen, &parts.headers, parts.uri.query()) {
-                Ok(kind) => kind,
-                Err(why) => return Ok(respond::answer(loaded.observed.refused(Some(route_idx), &why.into()))),
-            },
-            false => None,
-        };
-        // The limits that need no body are decided first: a client whose address is spent is
-        // refused before its body is read, and each body read is charged to it.
-        let limiter = &loaded.limiter;
-        let mut ruling = match routes::decide_bodiless(limiter, route, &facts).await {
-            Ok(r) => r,
-            Err(refused) => return Ok(respond::answer(loaded.observed.refused(Some(route_idx), &refused))),
-        };
-        let mut body = ReplayBody::untouched(body);
-        if needs_body(&route.limits) && ruling.allowed() {
-            let read = read_keyed_body(loaded, &client, (route_idx, route), body_kind, body).await;
-            let (keyed, replay) = match read {
-                Ok(read) => read,
-                Err(answer) => {
-                    loaded.observed.record(Some(route_idx), &route.name, &ruling).emit(answer.status.as_u16());
-                    return Ok(respond::answer(answer));
-                }
-            };
-            body = replay;
-            let facts = RequestFacts { body: keyed.as_ref(), ..facts };
-            let later = match limiter.checks_of(&route.limits, &facts, |l| l.key.needs_body()) {
-                Ok(c) => c,
-                Err(refused) => return Ok(respond::answer(loaded.observed.refused(Some(route_idx), &refused))),
-            };
-            ruling = ruling.then(limiter.decide(later).await);
-        }
-        let line = loaded.observed.record(Some(route_idx), &route.name, &ruling);
-        let delay = match ruling.action() {
-            Action::Admit { delay } => delay,
-            Action::Deny(_) if loaded.config.server.on_deny == OnDeny::Drop => {
-                line.emit(0);
-                return Err(Dropped);
-            }
-            Action::Deny(answer) | Action::Unavailable(answer) => {
-                line.emit(answer.status.as_u16());
-                return Ok(respond::answer(answer));
-            }
-        };
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        let mut res = match &loaded.upstream {
-            Some(up) => up.forward(Request::from_parts(parts, body), &client, &loaded.forwarding).await,
-            None => respond::json(200, &respond::Allowed { status: "allowed", route: &route.name }),
-        };
-        ruling.write_headers(res.headers_mut());
-        line.emit(res.status().as_u16());
-        Ok(res)
+        let body = Some(ReplayBody::untouched(loaded.body_watch.watch(body)));
+        let face = Proxied { loaded, client: &client, body };
+        Lifecycle::new(&loaded.limiter, &loaded.observed).routed(&loaded.config.routes, &client, head, face).await
     }
 }
 
-/// The body a route's `json:` and `form:` key parts read (parsed as `kind`), and the body to
-/// forward (intact). At most
-/// `max_body_bytes` are read, within `body_timeout` and with no pause longer than
-/// `body_idle_timeout` (408 otherwise), and no more than `max_body_reads_per_client` bodies at once
-/// for one client (429 beyond). A body that cannot be keyed is refused (400).
-async fn read_keyed_body(
-    loaded: &Loaded,
-    client: &Client,
-    (route_idx, route): (usize, &Route),
-    kind: Option<BodyKind>,
-    body: ReplayBody,
-) -> Result<(Option<KeyedBody>, ReplayBody), Answer> {
-    let s = &loaded.config.server;
-    let Some(_reading) = loaded.body_reads.start(client.grouped, s.max_body_reads_per_client) else {
-        return Err(Answer::error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_uploads",
-            "Too many request bodies are being sent from this address at once.",
-        ));
-    };
-    let Some(incoming) = body.into_untouched() else {
-        return Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string()));
-    };
-    let read = read_prefix(incoming, s.max_body_bytes);
-    match tokio::time::timeout(Duration::from_nanos(s.body_timeout), read).await {
-        Ok(Ok(prefix)) => match keyable_body(&route.limits, kind, &prefix.bytes, prefix.complete) {
-            Ok(keyed) => Ok((keyed, prefix.body)),
-            Err(why) => Err(loaded.observed.refused(Some(route_idx), &why.into())),
-        },
-        Ok(Err(cut)) => Err(cut.answer()),
-        // The whole body did not come within `body_timeout`: too slow, like a stall.
-        Err(_) => Err(ClientBodyError::Stalled.answer()),
+/// The gateway's face: an admitted request is proxied to the upstream (or answered 200 when
+/// there is none), a request no route matches is proxied unlimited (404 without an upstream),
+/// a denial is answered or its connection dropped (`on_deny`), and the body is read when a
+/// limit keys on it.
+struct Proxied<'l> {
+    /// The configuration in force when the request started.
+    loaded: &'l Loaded,
+    /// Who sent it (the upstream is told).
+    client: &'l Client,
+    /// The request body, watched for stalls; replayable once a prefix was read. `None` only
+    /// while it is being read.
+    body: Option<ReplayBody>,
+}
+
+impl Face for Proxied<'_> {
+    type Request = http::request::Parts;
+    type Response = Response<Body>;
+    type Error = Dropped;
+
+    fn answer(&self, answer: Answer) -> Response<Body> {
+        respond::answer(answer)
+    }
+
+    fn status(response: &Response<Body>) -> u16 {
+        response.status().as_u16()
+    }
+
+    fn headers_mut(response: &mut Response<Body>) -> Option<&mut http::HeaderMap> {
+        Some(response.headers_mut())
+    }
+
+    async fn pass_on(
+        self,
+        head: http::request::Parts,
+        at: Counted<'_>,
+        _: &Ruling<'_>,
+    ) -> Result<Response<Body>, Dropped> {
+        let loaded = self.loaded;
+        Ok(match (&loaded.upstream, self.body) {
+            (Some(up), Some(body)) => {
+                up.forward(Request::from_parts(head, body), self.client, &loaded.forwarding).await
+            }
+            (Some(_), None) => respond::answer(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
+            (None, _) => respond::json(200, &respond::Allowed { status: "allowed", route: at.name() }),
+        })
+    }
+
+    fn deny(self, _: Counted<'_>, _: &Ruling<'_>, answer: Answer) -> Result<Response<Body>, Dropped> {
+        match self.loaded.config.server.on_deny {
+            OnDeny::Drop => Err(Dropped),
+            _ => Ok(respond::answer(answer)),
+        }
+    }
+
+    async fn unmatched(self, head: http::request::Parts) -> Result<Response<Body>, Dropped> {
+        Ok(match (&self.loaded.upstream, self.body) {
+            (Some(up), Some(body)) => {
+                up.forward(Request::from_parts(head, body), self.client, &self.loaded.forwarding).await
+            }
+            _ => respond::error(404, "not_found", "No such route."),
+        })
+    }
+
+    fn reads_body(&self) -> bool {
+        true
+    }
+
+    /// At most `max_body_bytes` are read, within `body_timeout` and with no pause longer than
+    /// `body_idle_timeout` (408 otherwise), and no more than `max_body_reads_per_client` bodies
+    /// at once for one client (429 beyond). The body is kept whole for the upstream.
+    async fn read_body(&mut self) -> Result<BodyPrefix, Answer> {
+        let s = &self.loaded.config.server;
+        let Some(_reading) = self.loaded.body_reads.start(self.client.grouped, s.max_body_reads_per_client) else {
+            return Err(Answer::error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_uploads",
+                "Too many request bodies are being sent from this address at once.",
+            ));
+        };
+        let Some(incoming) = self.body.take().and_then(ReplayBody::into_untouched) else {
+            return Err(Answer::bad_request(&BodyRefusal::Unreadable.to_string()));
+        };
+        let read = read_prefix(incoming, s.max_body_bytes);
+        match tokio::time::timeout(Duration::from_nanos(s.body_timeout), read).await {
+            Ok(Ok(prefix)) => {
+                self.body = Some(prefix.body);
+                Ok(BodyPrefix { bytes: prefix.bytes, complete: prefix.complete })
+            }
+            Ok(Err(cut)) => Err(cut.answer()),
+            // The whole body did not come within `body_timeout`: too slow, like a stall.
+            Err(_) => Err(ClientBodyError::Stalled.answer()),
+        }
     }
 }
 

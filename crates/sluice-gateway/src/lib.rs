@@ -5,7 +5,7 @@
 //! - [`gateway`]: the configured gateway — routes, body reading, shaping, proxying, reload;
 //! - [`decision_api`]: `POST /v1/check`, for applications that ask instead of proxying;
 //! - [`forward_auth`]: `[forward_auth]`, for proxies that ask before they forward (Caddy,
-//!   Traefik, nginx `auth_request`), deciding by the same [`routes`] as the gateway;
+//!   Traefik, nginx `auth_request`), deciding by the same routes as the gateway;
 //! - [`seed`]: the default service of `sluice serve` without a config;
 //! - [`proxy`] and [`body`]: the pooled upstream client and replayable request bodies, cut when
 //!   they stall or break; [`client_slots`]: requests and body reads in progress per client;
@@ -46,7 +46,6 @@ pub mod h1;
 pub mod observe;
 pub mod proxy;
 pub mod respond;
-pub mod routes;
 pub mod seed;
 pub mod serve;
 pub mod stores;

@@ -12,7 +12,9 @@
 //!   compares them (a Unicode skeleton);
 //! - [`jwt`]: bearer tokens verified (and cached) for `jwt:CLAIM` key parts and plans;
 //! - [`enforce`]: a request's checks against a store, shadow policies apart;
-//! - [`pipeline`]: the one step every face calls — facts → checks → decision → [`pipeline::Action`];
+//! - [`lifecycle`]: the one request lifecycle every face drives (route, decide, read the body,
+//!   decide again, act, pass on, observe), over [`pipeline`]: facts → checks → decision →
+//!   [`pipeline::Action`];
 //! - [`headers`] and [`response`]: `Retry-After`, `Cache-Control: no-store`, the `draft-6`,
 //!   `ietf` and `x-ratelimit` header styles, and the JSON bodies sluice answers with;
 //! - [`layer`]: a tower `Layer` over the pipeline.
@@ -37,5 +39,6 @@ pub mod identity;
 pub mod jwt;
 pub mod keys;
 pub mod layer;
+pub mod lifecycle;
 pub mod pipeline;
 pub mod response;

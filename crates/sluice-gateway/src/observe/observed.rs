@@ -8,8 +8,8 @@ use sluice_config::Config;
 use sluice_core::{Decision, ceil_millis};
 use sluice_http::enforce::{Outcome, PolicyInfo};
 use sluice_http::keys::KeyKind;
+use sluice_http::lifecycle::{Counted, Observe};
 use sluice_http::pipeline::{Refusal, Ruling, Timing};
-use sluice_http::response::Answer;
 use sluice_store::{Check, Store, StoreError};
 
 use super::Observer;
@@ -438,12 +438,15 @@ impl Observed {
         Self { recorder, routes, api, unmatched, body_errors, refused }
     }
 
-    /// Counts a request refused before any limit decided it (under its route, or `unmatched`
-    /// when its path was refused before a route was found), and gives its answer.
-    pub fn refused(&self, route: Option<usize>, why: &Refusal) -> Answer {
-        let at = route.unwrap_or(self.refused.len() - 1).min(self.refused.len() - 1);
+    /// Counts a request refused before any limit decided it: under its route, or `unmatched`
+    /// when it was refused before a route was found (its path) or by a face without routes.
+    fn count_refused(&self, at: Option<Counted<'_>>, why: &Refusal) {
+        let last = self.refused.len() - 1;
+        let at = match at {
+            Some(Counted::Route(i, _)) => i.min(last),
+            _ => last,
+        };
         self.refused[at][why.reason()].inc();
-        why.answer()
     }
 
     /// The observer these handles report to.
@@ -476,34 +479,35 @@ impl Observed {
         &self.body_errors
     }
 
-    fn handles(&self, route: Option<usize>) -> (Option<&RouteHandles>, Slots) {
-        match route {
-            Some(i) => (self.routes.get(i), Slots::Positions),
-            None => (Some(&self.api), Slots::Policies),
+    fn handles(&self, at: Counted<'_>) -> (Option<&RouteHandles>, Slots) {
+        match at {
+            Counted::Route(i, _) => (self.routes.get(i), Slots::Positions),
+            Counted::Named(_) => (Some(&self.api), Slots::Policies),
         }
     }
 
-    /// Counts a decided request of route `route` (`None`: the decision API) named `route_name`,
-    /// and picks its decision line, written by [`PendingLine::emit`] once the status is known.
-    pub fn record<'a>(&self, route: Option<usize>, route_name: &'a str, ruling: &'a Ruling<'_>) -> PendingLine<'a> {
-        let (h, slots) = self.handles(route);
-        self.recorder.record(h, slots, route_name, &Decided::of(ruling))
+    /// Counts a decided request under `at` (a configured route, or the decision API, whose
+    /// checks name policies) and picks its decision line, written by [`PendingLine::emit`] once
+    /// the status is known.
+    pub fn record<'a>(&self, at: Counted<'a>, ruling: &'a Ruling<'_>) -> PendingLine<'a> {
+        let (h, slots) = self.handles(at);
+        self.recorder.record(h, slots, at.name(), &Decided::of(ruling))
     }
 
-    /// Counts the decision of route `route` (`None`: the decision API, whose limits are
-    /// indexed by policy) for `checks` (each at `positions[i]` among the route's limits): every
+    /// Counts the decision under `at` (a route's limits are indexed by position, the decision
+    /// API's by policy) for `checks` (each at `positions[i]` among the route's limits): every
     /// limit's own decision, the request's outcome, the durations. `policies` tells shadow
     /// policies apart.
     pub fn decided(
         &self,
-        route: Option<usize>,
+        at: Counted<'_>,
         checks: &[Check],
         positions: &[usize],
         policies: &[PolicyInfo],
         outcome: &Outcome,
         timing: Timing,
     ) {
-        let (h, slots) = self.handles(route);
+        let (h, slots) = self.handles(at);
         self.recorder.decided(h, slots, checks, positions, policies, outcome, timing);
     }
 
@@ -539,7 +543,7 @@ impl Observed {
 }
 
 /// Counts and logs the decisions of a face without a configuration — the tower layer (it is a
-/// [`sluice_http::layer::Observe`]), the seed service — in an [`Observer`]'s families, under the
+/// [`sluice_http::lifecycle::Observe`]), the seed service — in an [`Observer`]'s families, under the
 /// same names and labels as the gateway: a route's counters (one per policy of the store) are
 /// resolved the first time its name is seen ([`FaceObserver::route`] resolves one for good, and
 /// [`FaceObserver::route_among`] one that decides on some of the store's policies only); route
@@ -710,8 +714,27 @@ impl FaceRoute {
     }
 }
 
-impl sluice_http::layer::Observe for FaceObserver {
-    fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16) {
+impl Observe for FaceObserver {
+    fn decided(&self, at: Counted<'_>, ruling: &Ruling<'_>, status: u16) {
+        let route = at.name();
         self.handles(route, None).record(&self.recorder, route, Decided::of(ruling)).emit(status);
+    }
+
+    fn unmatched(&self) {
+        FaceObserver::unmatched(self);
+    }
+}
+
+impl Observe for Observed {
+    fn decided(&self, at: Counted<'_>, ruling: &Ruling<'_>, status: u16) {
+        self.record(at, ruling).emit(status);
+    }
+
+    fn refused(&self, at: Option<Counted<'_>>, why: &Refusal) {
+        self.count_refused(at, why);
+    }
+
+    fn unmatched(&self) {
+        Observed::unmatched(self);
     }
 }

@@ -1,6 +1,7 @@
 //! A tower [`Layer`] that rate-limits any axum or hyper service with sluice's policies.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,8 +17,10 @@ use tower::{Layer, Service};
 use crate::enforce::Enforcer;
 use crate::identity::ClientIdentity;
 use crate::jwt::JwtVerifier;
-use crate::keys::{KeyBuilder, RequestFacts};
-use crate::pipeline::{Action, Limiter, Ruling, jwt_pointers, route_path};
+use crate::keys::KeyBuilder;
+use crate::lifecycle::{Counted, Face, Lifecycle, Unobserved};
+use crate::pipeline::{Limiter, Ruling, jwt_pointers};
+use crate::response::Answer;
 
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
@@ -25,15 +28,7 @@ pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>
 /// The route name the layer reports its decisions under when none is given.
 pub const DEFAULT_ROUTE_NAME: &str = "layer";
 
-/// Told of every decision the layer makes, once the response's status is known: where an
-/// application plugs in metrics and decision logs (`sluice_gateway::observe::FaceObserver`
-/// counts them under the gateway's names), without this crate depending on any of them.
-pub trait Observe: Send + Sync {
-    /// A request under the layer named `route` ([`RateLimitLayerBuilder::route_name`]) was
-    /// decided; `status` is the response's (the deny status, 503 when the store could not
-    /// decide, or the wrapped service's; 0 when the service failed without one).
-    fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16);
-}
+pub use crate::lifecycle::Observe;
 
 /// An error building the layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -208,14 +203,6 @@ struct Shared {
     observer: Option<Arc<dyn Observe>>,
 }
 
-impl Shared {
-    fn observed(&self, ruling: &Ruling<'_>, status: u16) {
-        if let Some(o) = &self.observer {
-            o.decided(&self.route, ruling, status);
-        }
-    }
-}
-
 /// Rate-limits the wrapped service: a request passes only if every limit admits it; a denial
 /// answers with the deny status, `Retry-After`, `Cache-Control: no-store`, the rate-limit
 /// headers and a JSON body, without calling the service. Shaping delays are honoured.
@@ -300,59 +287,61 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
-        let limiter = &shared.limiter;
-        let peer = (shared.peer)(req.extensions()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-        let client = limiter.client(peer, req.headers());
-        // What the pipeline refuses (an ambiguous path or key) is answered here, unlimited
-        // requests never reach the service.
-        let checks = route_path(req.uri().path()).and_then(|path| {
-            let facts = RequestFacts {
-                method: req.method().as_str(),
-                path: &path,
-                route: &path,
-                client: &client,
-                headers: req.headers(),
-                body: None,
-            };
-            limiter.checks(&shared.limits, &facts)
-        });
-        let checks = match checks {
-            Ok(c) => c,
-            Err(refused) => {
-                let answer = refused.answer();
-                return Box::pin(async move { Ok(answer.into_response(R::from)) });
-            }
-        };
         Box::pin(async move {
-            let ruling = shared.limiter.decide(checks).await;
-            let delay = match ruling.action() {
-                Action::Admit { delay } => delay,
-                Action::Deny(answer) => {
-                    shared.observed(&ruling, answer.status.as_u16());
-                    return Ok(answer.into_response(R::from));
-                }
-                Action::Unavailable(answer) => {
-                    tracing::warn!(target: "sluice::store", "store could not decide; answering 503");
-                    shared.observed(&ruling, answer.status.as_u16());
-                    return Ok(answer.into_response(R::from));
-                }
-            };
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            let mut res = match inner.call(req).await {
-                Ok(res) => res,
-                Err(e) => {
-                    shared.observed(&ruling, 0);
-                    return Err(e);
-                }
-            };
-            ruling.write_headers(res.headers_mut());
-            shared.observed(&ruling, res.status().as_u16());
-            Ok(res)
+            let limiter = &shared.limiter;
+            let peer = (shared.peer)(req.extensions()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+            let client = limiter.client(peer, req.headers());
+            let observer: &dyn Observe = shared.observer.as_deref().unwrap_or(&Unobserved);
+            let lifecycle = Lifecycle::new(limiter, observer);
+            let (head, body) = req.into_parts();
+            let face = Inner { service: inner, body, response: PhantomData };
+            lifecycle.limited(&shared.route, &shared.limits, &client, head, face).await
         })
+    }
+}
+
+/// The layer's face: an admitted request is passed on to the wrapped service. It keeps the
+/// request's body while the lifecycle reads its head (a body need not be `Sync`).
+struct Inner<S, B, R> {
+    /// The wrapped service.
+    service: S,
+    /// The request's body, joined to its head again when it is passed on.
+    body: B,
+    /// The service's response body.
+    response: PhantomData<fn() -> R>,
+}
+
+impl<S, B, R> Face for Inner<S, B, R>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    S::Future: Send,
+    R: From<Bytes>,
+{
+    type Request = http::request::Parts;
+    type Response = Response<R>;
+    type Error = S::Error;
+
+    fn answer(&self, answer: Answer) -> Response<R> {
+        answer.into_response(R::from)
+    }
+
+    fn status(response: &Response<R>) -> u16 {
+        response.status().as_u16()
+    }
+
+    fn headers_mut(response: &mut Response<R>) -> Option<&mut http::HeaderMap> {
+        Some(response.headers_mut())
+    }
+
+    async fn pass_on(
+        mut self,
+        head: http::request::Parts,
+        _: Counted<'_>,
+        _: &Ruling<'_>,
+    ) -> Result<Response<R>, S::Error> {
+        self.service.call(Request::from_parts(head, self.body)).await
     }
 }
 
@@ -372,8 +361,8 @@ mod tests {
     struct Recording(Mutex<Vec<(String, bool, u16)>>);
 
     impl Observe for Recording {
-        fn decided(&self, route: &str, ruling: &Ruling<'_>, status: u16) {
-            self.0.lock().unwrap().push((route.to_owned(), ruling.allowed(), status));
+        fn decided(&self, at: Counted<'_>, ruling: &Ruling<'_>, status: u16) {
+            self.0.lock().unwrap().push((at.name().to_owned(), ruling.allowed(), status));
         }
     }
 

@@ -3,7 +3,9 @@
 //! `sluice-http`'s pipeline on a memory store whose clock is the log's time.
 
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -12,9 +14,9 @@ use std::thread::Thread;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sluice_config::{Config, ForwardedHeader, KeySource, Route};
 use sluice_core::{ManualClock, Nanos};
-use sluice_gateway::routes;
-use sluice_http::keys::RequestFacts;
-use sluice_http::pipeline::{Limiter, route_path};
+use sluice_http::lifecycle::{Asked, Counted, Face, Lifecycle, Unobserved};
+use sluice_http::pipeline::{Limiter, Ruling};
+use sluice_http::response::Answer;
 use sluice_sim::{Judge, Judgement, LimitDecision, LimitInfo, LimitVerdict, LogRequest, RequestVerdict, RouteInfo};
 
 /// Wakes the thread that waits in [`block_on`].
@@ -47,13 +49,13 @@ pub fn forwarded_header_name(config: &Config) -> &'static str {
     }
 }
 
-/// The body key parts of `route` (`json:/email`), which no access log can supply.
+/// The body key parts of `route` (`json:/email`, `form:email`), which no access log can supply.
 pub fn body_parts(route: &Route) -> Vec<String> {
     let parts: BTreeSet<String> = route
         .limits
         .iter()
         .flat_map(|l| l.key.parts.iter().flatten())
-        .filter(|s| matches!(s, KeySource::Json(_)))
+        .filter(|s| s.body_field().is_some())
         .map(|s| s.to_string())
         .collect();
     parts.into_iter().collect()
@@ -125,8 +127,6 @@ pub struct ConfigJudge {
     clock: Arc<ManualClock>,
     /// The configuration (its routes).
     config: Config,
-    /// Per route: whether the log can supply its keys.
-    simulable: Vec<bool>,
     /// Per header of the log format: its name, when the configuration reads it (others are
     /// not copied into the request's headers).
     headers: Vec<Option<HeaderName>>,
@@ -147,12 +147,10 @@ impl ConfigJudge {
             .iter()
             .map(|h| read.contains(h.as_str()).then(|| HeaderName::from_bytes(h.as_bytes()).ok()).flatten())
             .collect();
-        let simulable = config.routes.iter().map(|r| body_parts(r).is_empty()).collect();
         Self {
             limiter,
             clock,
             config,
-            simulable,
             headers,
             map: HeaderMap::new(),
             out: Vec::new(),
@@ -164,16 +162,6 @@ impl ConfigJudge {
 impl Judge for ConfigJudge {
     fn judge(&mut self, r: &LogRequest, at: Nanos) -> Judgement<'_> {
         self.clock.set(at);
-        // As the gateway: routes match, and `path` key parts read, the normalised path; a path
-        // upstreams read differently is refused before any route.
-        let Ok(path) = route_path(r.path()) else { return Judgement::Refused };
-        let method = r.method();
-        let Some((index, route)) = routes::find(&self.config.routes, method, &path) else {
-            return Judgement::Unmatched;
-        };
-        if !self.simulable[index] {
-            return Judgement::NotSimulable { route: index };
-        }
         self.map.clear();
         for (h, value) in r.headers() {
             // A value no HTTP request could carry (a control character) is absent, as it never
@@ -183,16 +171,40 @@ impl Judge for ConfigJudge {
             }
         }
         let client = self.limiter.client(r.peer, &self.map);
-        let facts =
-            RequestFacts { method, path: &path, route: &route.name, client: &client, headers: &self.map, body: None };
-        // A log carries one value per header: a keyed header cannot be repeated here.
-        let Ok(checks) = self.limiter.checks(&route.limits, &facts) else { return Judgement::Refused };
-        let ruling = block_on(self.limiter.decide(checks), &self.waker);
+        // As the gateway: routes match, and `path` key parts read, the normalised path; a path
+        // upstreams read differently is refused before any route. A log carries one value per
+        // header: a keyed header cannot be repeated here.
+        let asked = Asked { method: r.method(), path: r.path(), query: None, headers: &self.map };
+        let face = Judged { out: &mut self.out, request: PhantomData };
+        let lifecycle = Lifecycle::new(&self.limiter, &Unobserved);
+        match block_on(lifecycle.routed(&self.config.routes, &client, asked, face), &self.waker) {
+            Ok(judgement) => judgement,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// The judge's face: what the gateway would have done, recorded instead of done. Nothing is
+/// held for a shaping delay (the log's time is the clock's).
+struct Judged<'j, 'r> {
+    /// The decision of each of the route's limits, filled for the request decided.
+    out: &'j mut Vec<LimitDecision>,
+    /// The request judged (its headers are the judge's, reused).
+    request: PhantomData<Asked<'r>>,
+}
+
+impl<'j> Judged<'j, '_> {
+    /// The judgement of a decided request: every limit's own verdict, and the request's.
+    fn decided(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Judgement<'j> {
+        let route = match at {
+            Counted::Route(i, _) => i,
+            Counted::Named(_) => 0,
+        };
         self.out.clear();
         let verdict = match &ruling.outcome {
             Err(_) => RequestVerdict::Unavailable,
             Ok(outcome) => {
-                let policies = self.limiter.policies();
+                let policies = ruling.policies();
                 for (i, (check, d)) in ruling.checks.iter().zip(&outcome.decisions).enumerate() {
                     let shadow = policies.get(check.policy).is_some_and(|p| p.shadow);
                     let verdict = match (outcome.not_evaluated.contains(&i), d.allowed, shadow) {
@@ -207,7 +219,46 @@ impl Judge for ConfigJudge {
                 if outcome.allowed { RequestVerdict::Admitted } else { RequestVerdict::Denied }
             }
         };
-        Judgement::Decided { route: index, verdict, limits: &self.out }
+        Judgement::Decided { route, verdict, limits: self.out.as_slice() }
+    }
+}
+
+impl<'j, 'r> Face for Judged<'j, 'r> {
+    type Request = Asked<'r>;
+    type Response = Judgement<'j>;
+    type Error = Infallible;
+
+    /// The judge never sleeps: a shaped request's delay is in its decision.
+    const HOLDS_DELAY: bool = false;
+
+    /// sluice's own answers before any decision are refusals (400).
+    fn answer(&self, _: Answer) -> Judgement<'j> {
+        Judgement::Refused
+    }
+
+    fn status(_: &Judgement<'j>) -> u16 {
+        0
+    }
+
+    async fn pass_on(self, _: Asked<'r>, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Judgement<'j>, Infallible> {
+        Ok(self.decided(at, ruling))
+    }
+
+    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>, _: Answer) -> Result<Judgement<'j>, Infallible> {
+        Ok(self.decided(at, ruling))
+    }
+
+    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>, _: Answer) -> Result<Judgement<'j>, Infallible> {
+        Ok(self.decided(at, ruling))
+    }
+
+    async fn unmatched(self, _: Asked<'r>) -> Result<Judgement<'j>, Infallible> {
+        Ok(Judgement::Unmatched)
+    }
+
+    /// No access log carries a body.
+    fn body_unreadable(self, route: usize) -> Judgement<'j> {
+        Judgement::NotSimulable { route }
     }
 }
 

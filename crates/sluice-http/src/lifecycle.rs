@@ -1,0 +1,461 @@
+//! The one request lifecycle every face drives. A face brings the request's facts and says what
+//! "pass it on" means; the lifecycle does everything else, in this order, the same way for all:
+//!
+//! ```text
+//! route path ─▶ route ─▶ body kind ─▶ decide what needs no body ─▶ read the body, decide again
+//!     │ refused: counted, 400       │ no route: Face::unmatched
+//!     ▼
+//! act: Deny ─▶ Face::deny │ Unavailable ─▶ 503 │ Admit { delay } ─▶ sleep ─▶ Face::pass_on
+//!     ▼                                                                  ▼ rate-limit headers
+//! observe once (Observe::decided, with the response's status)
+//! ```
+//!
+//! The faces: the gateway (pass on = proxy, or answer 200 itself), forward-auth (answer 200 to
+//! the proxy that asked), the tower layer (call the inner service), the decision API (answer the
+//! decision in JSON; its checks are named by the caller, [`Lifecycle::checked`]) and the
+//! simulator's judge (record the decision). Each differs only in its [`Face`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use http::HeaderMap;
+//! use sluice_http::lifecycle::{Counted, Face, Lifecycle, Unobserved};
+//! use sluice_http::pipeline::{Limiter, Ruling};
+//! use sluice_http::response::Answer;
+//! use sluice_store::{KeyHasher, MemoryOptions, MemoryStore, NamedPolicy, Store};
+//!
+//! let config = sluice_config::parse("example.toml", r#"
+//! [[policy]]
+//! name = "per-ip"
+//! algorithm = "fixed-window"
+//! limit = 1
+//! window = "1m"
+//! [[route]]
+//! path = "/api/*"
+//! limits = [{ policy = "per-ip", key = "ip" }]
+//! "#).unwrap();
+//! let clock = Arc::new(sluice_core::ManualClock::new(0));
+//! let policies = config.policies.iter().map(|p| NamedPolicy { name: p.name.clone(), policy: p.policy }).collect();
+//! let store: Arc<dyn Store> = Arc::new(MemoryStore::new(policies, MemoryOptions::default(), clock));
+//! let limiter = Limiter::of_config(&config, store, KeyHasher::random());
+//!
+//! /// A face that answers admitted requests with their status, and everything else with its own.
+//! struct Status;
+//! impl Face for Status {
+//!     type Request = http::Request<()>;
+//!     type Response = u16;
+//!     type Error = std::convert::Infallible;
+//!     fn answer(&self, answer: Answer) -> u16 { answer.status.as_u16() }
+//!     fn status(response: &u16) -> u16 { *response }
+//!     async fn pass_on(self, _: http::Request<()>, _: Counted<'_>, _: &Ruling<'_>) -> Result<u16, Self::Error> {
+//!         Ok(200)
+//!     }
+//! }
+//!
+//! let client = limiter.client("203.0.113.9".parse().unwrap(), &HeaderMap::new());
+//! let lifecycle = Lifecycle::new(&limiter, &Unobserved);
+//! let run = |path: &str| {
+//!     let request = http::Request::get(path).body(()).unwrap();
+//!     let request = lifecycle.routed(&config.routes, &client, request, Status);
+//!     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(request).unwrap()
+//! };
+//! assert_eq!(run("/api/items"), 200);
+//! assert_eq!(run("/api/items"), 429, "the second in the same minute");
+//! assert_eq!(run("/elsewhere"), 404, "no route: the default Face::unmatched");
+//! assert_eq!(run("/api/a%2Fb"), 400, "a path applications read differently is refused");
+//! ```
+
+use std::future::Future;
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use sluice_config::{Loosen, Route, RouteLimit};
+
+use crate::body_key::{BodyKind, body_kind, keyable_body, needs_body};
+use crate::identity::Client;
+use crate::keys::RequestFacts;
+use crate::pipeline::{Action, Checks, Limiter, Refusal, Ruling, route_path};
+use crate::response::Answer;
+
+/// What a request says of itself before anything is decided: all the lifecycle reads of it.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'r> {
+    /// The method, as sent (routes and keys read it whatever its case).
+    pub method: &'r str,
+    /// The path as sent (not yet normalised: the lifecycle normalises it, or refuses it).
+    pub path: &'r str,
+    /// The query string, if any (a keyed body's field must not also be in it).
+    pub query: Option<&'r str>,
+    /// The request's headers.
+    pub headers: &'r HeaderMap,
+}
+
+/// A request as a face holds it, able to say what it asks ([`Asked`]).
+pub trait Asks {
+    /// The method, path, query and headers the lifecycle reads.
+    fn asked(&self) -> Asked<'_>;
+}
+
+impl Asks for http::request::Parts {
+    fn asked(&self) -> Asked<'_> {
+        Asked { method: self.method.as_str(), path: self.uri.path(), query: self.uri.query(), headers: &self.headers }
+    }
+}
+
+impl<B> Asks for http::Request<B> {
+    fn asked(&self) -> Asked<'_> {
+        let uri = self.uri();
+        Asked { method: self.method().as_str(), path: uri.path(), query: uri.query(), headers: self.headers() }
+    }
+}
+
+impl Asks for Asked<'_> {
+    fn asked(&self) -> Asked<'_> {
+        *self
+    }
+}
+
+/// Where a decision is counted: the metrics' `route` label and the counters of its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted<'a> {
+    /// A configured route: its position among the configuration's routes, and its name. Its
+    /// checks are counted by their position among the route's limits.
+    Route(usize, &'a str),
+    /// A face with a fixed name whose checks are counted by their policy (the tower layer, the
+    /// decision API, the seed service, a rate-limit service domain).
+    Named(&'a str),
+}
+
+impl<'a> Counted<'a> {
+    /// The name the metrics and the decision log use.
+    pub fn name(self) -> &'a str {
+        match self {
+            Counted::Route(_, name) | Counted::Named(name) => name,
+        }
+    }
+}
+
+/// Told of what becomes of every request a lifecycle runs: where a face plugs in metrics and
+/// decision logs (`sluice-gateway`'s observers count them under the gateway's names), without
+/// this crate depending on any of them.
+pub trait Observe: Send + Sync {
+    /// A request was decided under `at`; `status` is its response's (the deny status, 503 when
+    /// the store could not decide, the status of what the face passed it on to; 0 when there is
+    /// none: the connection was dropped, or the service failed). Called once per decided request.
+    fn decided(&self, at: Counted<'_>, ruling: &Ruling<'_>, status: u16);
+
+    /// A request was refused before any limit decided it: under `at`, or before a route was
+    /// found (its path) when `None`.
+    fn refused(&self, at: Option<Counted<'_>>, why: &Refusal) {
+        let _ = (at, why);
+    }
+
+    /// A request matched no route: no limit applies to it.
+    fn unmatched(&self) {}
+}
+
+/// An observer that is told nothing (a face without metrics: the simulator's judge).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unobserved;
+
+impl Observe for Unobserved {
+    fn decided(&self, _: Counted<'_>, _: &Ruling<'_>, _: u16) {}
+}
+
+/// The first bytes of a request body a face read for the limits that key on it.
+#[derive(Debug, Clone)]
+pub struct BodyPrefix {
+    /// At most the bound the face reads, plus the rest of the frame that crossed it.
+    pub bytes: Bytes,
+    /// True when the whole body fit in `bytes` (a larger body is never keyed: see
+    /// [`keyable_body`]).
+    pub complete: bool,
+}
+
+/// What a face brings to the lifecycle: how to answer, and what passing a request on means.
+///
+/// Every method but [`Face::pass_on`] has a default that suits a face answering HTTP itself.
+pub trait Face: Sized {
+    /// The request as the face holds it until it is passed on (its head, the whole request, a
+    /// proxy's description of another request...).
+    type Request;
+    /// What the face answers with (an HTTP response, a judgement...).
+    type Response;
+    /// What can go wrong passing a request on that is no response (a dropped connection, an
+    /// inner service's error).
+    type Error;
+
+    /// True when an admitted request is held for its shaping delay before it is passed on;
+    /// false for a face that tells its caller the delay instead (the decision API).
+    const HOLDS_DELAY: bool = true;
+
+    /// One of sluice's own answers (a refusal, a denial, 503) as the face's response.
+    fn answer(&self, answer: Answer) -> Self::Response;
+
+    /// The status of a response, for the decision log (0 when it has none).
+    fn status(response: &Self::Response) -> u16;
+
+    /// Where the rate-limit headers of an admitted request go, if the response has headers.
+    fn headers_mut(response: &mut Self::Response) -> Option<&mut HeaderMap> {
+        let _ = response;
+        None
+    }
+
+    /// Passes an admitted `request`, decided under `at`, on (after its shaping delay): proxy it, call the inner
+    /// service, answer the proxy that asked. The lifecycle adds the rate-limit headers.
+    fn pass_on(
+        self,
+        request: Self::Request,
+        at: Counted<'_>,
+        ruling: &Ruling<'_>,
+    ) -> impl Future<Output = Result<Self::Response, Self::Error>>;
+
+    /// Answers a request denied under `at`; by default with `answer` (the deny status, `Retry-After`, the
+    /// rate-limit headers, the JSON body). A face may change the status, write its own body, or
+    /// drop the connection.
+    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>, answer: Answer) -> Result<Self::Response, Self::Error> {
+        let _ = (at, ruling);
+        Ok(self.answer(answer))
+    }
+
+    /// Answers a request the store could not decide (and whose failure mode does not admit);
+    /// by default with `answer` (503).
+    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>, answer: Answer) -> Result<Self::Response, Self::Error> {
+        let _ = (at, ruling);
+        Ok(self.answer(answer))
+    }
+
+    /// Answers a request no route matches; by default a JSON 404.
+    fn unmatched(self, request: Self::Request) -> impl Future<Output = Result<Self::Response, Self::Error>> {
+        let _ = request;
+        let answer = self.answer(Answer::error(StatusCode::NOT_FOUND, "not_found", "No such route."));
+        async move { Ok(answer) }
+    }
+
+    /// True when the face can read the request's body for the limits that key on it.
+    fn reads_body(&self) -> bool {
+        false
+    }
+
+    /// Reads the first bytes of the body (at most the face's bound), keeping the body whole for
+    /// [`Face::pass_on`]; or the answer when it cannot (too slow, too many at once, broken).
+    /// Only called when [`Face::reads_body`].
+    fn read_body(&mut self) -> impl Future<Output = Result<BodyPrefix, Answer>> {
+        async { Err(Answer::bad_request("This request's body cannot be read here.")) }
+    }
+
+    /// Answers a request whose route (at `route` among the routes) keys a limit on the body, when
+    /// the face cannot read bodies; nothing is decided. By default 500 `not_decidable`.
+    fn body_unreadable(self, route: usize) -> Self::Response {
+        let _ = route;
+        let message = "This route keys a limit on the request body, which is not sent here.";
+        self.answer(Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "not_decidable", message))
+    }
+}
+
+/// One face's way through the pipeline: its limiter, and who is told of each request.
+pub struct Lifecycle<'a> {
+    /// Decides: identity, keys, store, answers.
+    limiter: &'a Limiter,
+    /// Told of every request's end.
+    observer: &'a dyn Observe,
+}
+
+impl<'a> Lifecycle<'a> {
+    /// A lifecycle deciding with `limiter`, telling `observer`.
+    pub fn new(limiter: &'a Limiter, observer: &'a dyn Observe) -> Self {
+        Self { limiter, observer }
+    }
+
+    /// `request`, from `client`, routed by `routes`: its path normalised (or refused), the first
+    /// route that matches its method and path, then decided by that route's limits, acted on,
+    /// passed on and observed.
+    pub async fn routed<F>(
+        &self,
+        routes: &[Route],
+        client: &Client,
+        request: F::Request,
+        mut face: F,
+    ) -> Result<F::Response, F::Error>
+    where
+        F: Face,
+        F::Request: Asks,
+    {
+        let asked = request.asked();
+        // Routes match, and the `path` key part reads, the normalised path: spellings of one
+        // resource share one route and one key; a path upstreams read differently is refused,
+        // never passed on unlimited.
+        let path = match route_path(asked.path) {
+            Ok(p) => p,
+            Err(refused) => return Ok(self.refuse(None, &refused, &face)),
+        };
+        let Some((index, route)) = find(routes, asked.method, &path) else {
+            self.observer.unmatched();
+            drop(path);
+            return face.unmatched(request).await;
+        };
+        if needs_body(&route.limits) && !face.reads_body() {
+            return Ok(face.body_unreadable(index));
+        }
+        let at = Counted::Route(index, &route.name);
+        let ruling = match self.decide(at, &route.limits, route.loosen, &path, client, &request, &mut face).await {
+            Ok(ruling) => ruling,
+            Err(answer) => return Ok(face.answer(answer)),
+        };
+        drop(path);
+        self.act(at, ruling, request, face).await
+    }
+
+    /// `request`, from `client`, under every one of `limits` (the tower layer: no routes),
+    /// counted under `name`. Its path is normalised (or refused) as a routed request's, and is
+    /// its `route` key part.
+    pub async fn limited<F>(
+        &self,
+        name: &str,
+        limits: &[RouteLimit],
+        client: &Client,
+        request: F::Request,
+        mut face: F,
+    ) -> Result<F::Response, F::Error>
+    where
+        F: Face,
+        F::Request: Asks,
+    {
+        let path = match route_path(request.asked().path) {
+            Ok(p) => p,
+            Err(refused) => return Ok(self.refuse(None, &refused, &face)),
+        };
+        let at = Counted::Named(name);
+        let ruling = match self.decide(at, limits, Loosen::default(), &path, client, &request, &mut face).await {
+            Ok(ruling) => ruling,
+            Err(answer) => return Ok(face.answer(answer)),
+        };
+        drop(path);
+        self.act(at, ruling, request, face).await
+    }
+
+    /// Checks the face built itself (the decision API names its keys): decided, acted on and
+    /// observed under `at`.
+    pub async fn checked<F: Face>(
+        &self,
+        at: Counted<'_>,
+        checks: Checks,
+        request: F::Request,
+        face: F,
+    ) -> Result<F::Response, F::Error> {
+        let ruling = self.limiter.decide(checks).await;
+        self.act(at, ruling, request, face).await
+    }
+
+    /// Decides `limits` for the request: those that need no body first — a client whose quota is
+    /// spent is refused before its body is read, and each body read is charged to it — then,
+    /// only if they admit, the body is read and the limits that key on it decided. The answer,
+    /// already counted, when the request goes no further.
+    #[allow(clippy::too_many_arguments)]
+    async fn decide<F: Face>(
+        &self,
+        at: Counted<'_>,
+        limits: &[RouteLimit],
+        loosen: Loosen,
+        path: &str,
+        client: &Client,
+        request: &F::Request,
+        face: &mut F,
+    ) -> Result<Ruling<'a>, Answer>
+    where
+        F::Request: Asks,
+    {
+        let asked = request.asked();
+        let facts = RequestFacts {
+            method: asked.method,
+            path,
+            route: match at {
+                Counted::Route(_, name) => name,
+                Counted::Named(_) => path,
+            },
+            client,
+            headers: asked.headers,
+            body: None,
+        };
+        // A body the route keys on must be read as the application will read it: its content
+        // type and the query string are checked before anything is charged.
+        let with_body = needs_body(limits);
+        let kind: Option<BodyKind> = match with_body {
+            true => body_kind(limits, loosen, asked.headers, asked.query)
+                .map_err(|why| self.refused(Some(at), &why.into()))?,
+            false => None,
+        };
+        let limiter = self.limiter;
+        let first =
+            limiter.checks_of(limits, &facts, |l| !l.key.needs_body()).map_err(|why| self.refused(Some(at), &why))?;
+        let ruling = limiter.decide(first).await;
+        if !with_body || !ruling.allowed() {
+            return Ok(ruling);
+        }
+        let prefix = match face.read_body().await {
+            Ok(p) => p,
+            Err(answer) => {
+                self.observer.decided(at, &ruling, answer.status.as_u16());
+                return Err(answer);
+            }
+        };
+        let keyed = keyable_body(limits, kind, &prefix.bytes, prefix.complete)
+            .map_err(|why| self.refused(Some(at), &why.into()))?;
+        let facts = RequestFacts { body: keyed.as_ref(), ..facts };
+        let later =
+            limiter.checks_of(limits, &facts, |l| l.key.needs_body()).map_err(|why| self.refused(Some(at), &why))?;
+        Ok(ruling.then(limiter.decide(later).await))
+    }
+
+    /// Carries out a decided request's action: the denial or 503 answered, or the shaping delay
+    /// slept and the request passed on, its response given the rate-limit headers; then observed,
+    /// once, with the response's status.
+    async fn act<F: Face>(
+        &self,
+        at: Counted<'_>,
+        ruling: Ruling<'_>,
+        request: F::Request,
+        face: F,
+    ) -> Result<F::Response, F::Error> {
+        let delay = match ruling.action() {
+            Action::Admit { delay } => delay,
+            Action::Deny(answer) => {
+                let answered = face.deny(at, &ruling, answer);
+                self.observer.decided(at, &ruling, answered.as_ref().map_or(0, F::status));
+                return answered;
+            }
+            Action::Unavailable(answer) => {
+                let answered = face.unavailable(at, &ruling, answer);
+                self.observer.decided(at, &ruling, answered.as_ref().map_or(0, F::status));
+                return answered;
+            }
+        };
+        if F::HOLDS_DELAY && !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let passed = face.pass_on(request, at, &ruling).await.map(|mut res| {
+            if let Some(headers) = F::headers_mut(&mut res) {
+                ruling.write_headers(headers);
+            }
+            res
+        });
+        self.observer.decided(at, &ruling, passed.as_ref().map_or(0, F::status));
+        passed
+    }
+
+    /// Counts a request refused before any limit decided it, and gives its answer.
+    fn refused(&self, at: Option<Counted<'_>>, why: &Refusal) -> Answer {
+        self.observer.refused(at, why);
+        why.answer()
+    }
+
+    /// [`Lifecycle::refused`], answered by `face`.
+    fn refuse<F: Face>(&self, at: Option<Counted<'_>>, why: &Refusal, face: &F) -> F::Response {
+        face.answer(self.refused(at, why))
+    }
+}
+
+/// The first of `routes` that matches `method` and `path` (already normalised by
+/// [`route_path`]), with its position (for the metrics' label sets).
+pub fn find<'c>(routes: &'c [Route], method: &str, path: &str) -> Option<(usize, &'c Route)> {
+    routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, path))
+}
