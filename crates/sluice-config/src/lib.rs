@@ -27,6 +27,7 @@ mod duration;
 mod error;
 mod field_path;
 mod identity;
+pub mod method;
 mod model;
 mod path;
 mod raw;

@@ -377,17 +377,10 @@ impl Route {
     /// [`Route::matches`] for a path already passed through [`request_path`] (normalise once
     /// per request, not once per route).
     ///
-    /// Methods match whatever their case (`get` is `GET` to most frameworks), and a route of
-    /// `GET` also limits `HEAD` (every common framework runs the GET handler for HEAD).
+    /// Methods match as [`crate::method::matches`] says: any case, `HEAD` by `GET` routes.
     pub fn matches_normal(&self, method: &str, path: &str) -> bool {
-        self.path.matches_normal(path) && self.methods.as_ref().is_none_or(|ms| methods_match(ms, method))
+        self.path.matches_normal(path) && self.methods.as_ref().is_none_or(|ms| crate::method::matches(ms, method))
     }
-}
-
-/// True when the request method `method` is one of `configured` (upper case), as routes match:
-/// case-insensitively, `HEAD` as `GET`.
-pub fn methods_match(configured: &[String], method: &str) -> bool {
-    configured.iter().any(|m| m.eq_ignore_ascii_case(method) || (m == "GET" && method.eq_ignore_ascii_case("HEAD")))
 }
 
 /// One limit of a route: a policy (index into `Config::policies`), the key, the cost.
