@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use ipnet::IpNet;
 use sluice_core::{
+    CostError, check_cost,
     ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, NANOS_PER_MILLI, Nanos, Policy, SlidingLog,
     SlidingWindow, TokenBucket,
 };
@@ -421,9 +422,8 @@ fn route(
         return Err(err("methods", format!("`{bad}` is not an HTTP method")));
     }
     let route_cost = r.cost.unwrap_or(1);
-    if route_cost == 0 {
-        return Err(err("cost", "must be at least 1: a request that costs nothing is never limited".into()));
-    }
+    // No policy yet: the route's own cost is only bounded below (each limit checks its policy's).
+    check_cost(route_cost, u64::MAX).map_err(|_| err("cost", CostError::ZERO.into()))?;
     let mut limits = Vec::with_capacity(r.limits.len());
     for (j, l) in r.limits.into_iter().enumerate() {
         let at = format!("route[{i}].limits[{j}]");
@@ -453,9 +453,7 @@ fn route(
         };
         key.parts.iter().flatten().try_for_each(needs_source)?;
         let cost = l.cost.unwrap_or(route_cost);
-        if cost == 0 {
-            return Err(lerr("", "cost must be at least 1: a request that costs nothing is never limited".into()));
-        }
+        check_cost(cost, u64::MAX).map_err(|e| lerr("", e.to_string()))?;
         let choices = match (l.policy, l.policy_by) {
             (Some(_), Some(_)) => {
                 return Err(lerr(
@@ -516,13 +514,10 @@ fn route(
                 Some(PlanChoice { plan: None, .. }) => "default_policy".to_string(),
             };
             let policy = *policies.get(&name).ok_or_else(|| lerr(&field, format!("no policy named `{name}`")))?;
-            let limit = configured[policy].policy.limit();
-            if cost > limit {
-                return Err(lerr(
-                    &field,
-                    format!("cost {cost} exceeds policy `{name}`'s limit {limit}: no request could pass"),
-                ));
-            }
+            configured[policy].policy.check_cost(cost).map_err(|e| {
+                let limit = e.capacity;
+                lerr(&field, format!("cost {cost} exceeds policy `{name}`'s limit {limit}: no request could pass"))
+            })?;
             limits.push(RouteLimit { policy, key: key.clone(), cost, plan });
         }
     }

@@ -459,7 +459,7 @@ impl Rls {
         cost: u64,
         checks: &mut Vec<Check>,
     ) -> Slot {
-        if cost > snap.policies[pi].policy.limit() {
+        if snap.policies[pi].policy.check_charge(cost).is_err() {
             return Slot::Over;
         }
         checks.push(Check { policy: pi, key, cost });

@@ -170,7 +170,7 @@ impl RateLimitLayerBuilder {
         for (name, key, cost) in self.limits {
             let Some(policy) = enforcer.policy_index(&name) else { return Err(LayerError::UnknownPolicy(name)) };
             let limit = enforcer.policies()[policy].policy.limit();
-            if cost == 0 || cost > limit {
+            if sluice_core::check_cost(cost, limit).is_err() {
                 return Err(LayerError::Cost { policy: name, cost, limit });
             }
             if key.needs_body() {
