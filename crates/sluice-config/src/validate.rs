@@ -25,6 +25,17 @@ pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 /// Default listen address of a config without `server.listen`.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 
+/// The prefix IPv6 clients are grouped by when nothing sets it (`server.ipv6_prefix`, the tower
+/// layer, the default service, the rate-limit service): a /56 is what one subscriber is commonly
+/// delegated, so one household or server is one client however many addresses it rotates through.
+///
+/// ```
+/// let cfg = sluice_config::parse("s.toml", "").unwrap();
+/// assert_eq!(cfg.server.ipv6_prefix, sluice_config::DEFAULT_IPV6_PREFIX);
+/// assert_eq!(sluice_config::DEFAULT_IPV6_PREFIX, 56);
+/// ```
+pub const DEFAULT_IPV6_PREFIX: u8 = 56;
+
 pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, ConfigError> {
     let (server, decision_api_switch) = server(src, raw.server)?;
     let identity = crate::identity::identity(src, raw.identity)?;
@@ -134,7 +145,7 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
             return Err(err("forwarded_header", format!("`{other}` is neither `x-forwarded-for` nor `forwarded`")));
         }
     };
-    let ipv6_prefix = s.ipv6_prefix.unwrap_or(56);
+    let ipv6_prefix = s.ipv6_prefix.unwrap_or(DEFAULT_IPV6_PREFIX);
     if ipv6_prefix > 128 {
         return Err(err("ipv6_prefix", format!("{ipv6_prefix} is not a prefix length (0 to 128)")));
     }

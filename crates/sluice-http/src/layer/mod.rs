@@ -253,7 +253,7 @@ impl RateLimitLayer {
             limits: Vec::new(),
             trusted: Vec::new(),
             forwarded: sluice_config::ForwardedHeader::XForwardedFor,
-            ipv6_prefix: 56,
+            ipv6_prefix: sluice_config::DEFAULT_IPV6_PREFIX,
             headers: vec![HeaderStyle::Draft6],
             deny_status: 429,
             hasher: KeyHasher::random(),
