@@ -232,6 +232,33 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
+impl ForwardedHeader {
+    /// Both headers, in the order configuration lists them.
+    pub const ALL: [ForwardedHeader; 2] = [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded];
+
+    /// The header's name as it travels (lower case) and as `server.forwarded_header` spells it:
+    /// the one spelling that reading, forwarding, config and the simulator use.
+    ///
+    /// ```
+    /// use sluice_config::ForwardedHeader;
+    /// assert_eq!(ForwardedHeader::XForwardedFor.name(), "x-forwarded-for");
+    /// assert_eq!(ForwardedHeader::parse("forwarded"), Some(ForwardedHeader::Forwarded));
+    /// assert!(ForwardedHeader::ALL.into_iter().all(|h| ForwardedHeader::parse(h.name()) == Some(h)));
+    /// assert_eq!(ForwardedHeader::parse("X-Forwarded-For"), None); // configuration spells it in lower case
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            ForwardedHeader::Forwarded => "forwarded",
+        }
+    }
+
+    /// The header a configuration names, spelled exactly as [`ForwardedHeader::name`] does.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|h| h.name() == name)
+    }
+}
+
 /// A rate-limit header style (DESIGN §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HeaderStyle {

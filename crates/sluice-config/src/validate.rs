@@ -138,12 +138,12 @@ fn server(src: &Source<'_>, raw: Option<toml::Spanned<RawServer>>) -> Result<(Se
             .map_err(|_| err("trusted_proxies", format!("`{p}` is not an address or CIDR block like `10.0.0.0/8`")))?;
         trusted_proxies.push(net.trunc());
     }
-    let forwarded_header = match s.forwarded_header.as_deref().unwrap_or("x-forwarded-for") {
-        "x-forwarded-for" => ForwardedHeader::XForwardedFor,
-        "forwarded" => ForwardedHeader::Forwarded,
-        other => {
-            return Err(err("forwarded_header", format!("`{other}` is neither `x-forwarded-for` nor `forwarded`")));
-        }
+    let forwarded_header = match s.forwarded_header.as_deref() {
+        None => ForwardedHeader::default(),
+        Some(name) => ForwardedHeader::parse(name).ok_or_else(|| {
+            let [xff, fwd] = ForwardedHeader::ALL.map(ForwardedHeader::name);
+            err("forwarded_header", format!("`{name}` is neither `{xff}` nor `{fwd}`"))
+        })?,
     };
     let ipv6_prefix = s.ipv6_prefix.unwrap_or(DEFAULT_IPV6_PREFIX);
     if ipv6_prefix > 128 {
