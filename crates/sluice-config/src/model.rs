@@ -410,6 +410,34 @@ impl Route {
     }
 }
 
+/// The route a request takes: the first of `routes` that matches `method` and `path` (already
+/// normalised by [`request_path`]), with its index (for the metrics' label sets). Every face
+/// that decides by route looks routes up here: the gateway, forward-auth and the simulator.
+///
+/// ```
+/// let cfg = sluice_config::parse("s.toml", r#"
+/// [[policy]]
+/// name = "p"
+/// algorithm = "fixed-window"
+/// limit = 1
+/// window = "1m"
+/// [[route]]
+/// path = "/api/*"
+/// methods = ["GET"]
+/// limits = [{ policy = "p", key = "ip" }]
+/// [[route]]
+/// path = "/*"
+/// limits = [{ policy = "p", key = "ip" }]
+/// "#).unwrap();
+/// let find = |m, p| sluice_config::find_route(&cfg.routes, m, p).map(|(i, _)| i);
+/// assert_eq!(find("head", "/api/items"), Some(0));
+/// assert_eq!(find("POST", "/api/items"), Some(1), "the first route whose method matches");
+/// assert_eq!(sluice_config::find_route(&cfg.routes[..1], "POST", "/api/items"), None);
+/// ```
+pub fn find_route<'c>(routes: &'c [Route], method: &str, path: &str) -> Option<(usize, &'c Route)> {
+    routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, path))
+}
+
 /// One limit of a route: a policy (index into `Config::policies`), the key, the cost.
 ///
 /// A limit written with `policy_by` becomes one `RouteLimit` per plan it names and one for its

@@ -42,11 +42,7 @@ use sluice_config::Route;
 use sluice_http::keys::RequestFacts;
 use sluice_http::pipeline::{Limiter, Refusal, Ruling};
 
-/// The first of `routes` that matches `method` and `path` (already normalised by
-/// [`sluice_http::pipeline::route_path`]), with its index (for the metrics' label sets).
-pub fn find<'c>(routes: &'c [Route], method: &str, path: &str) -> Option<(usize, &'c Route)> {
-    routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, path))
-}
+pub use sluice_config::find_route as find;
 
 /// Decides the limits of `route` whose keys need no body, for the request `facts` describes:
 /// a client whose quota is spent is refused before anything more of its request is read. A key

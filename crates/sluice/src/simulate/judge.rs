@@ -12,7 +12,6 @@ use std::thread::Thread;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sluice_config::{Config, KeySource, Route};
 use sluice_core::{ManualClock, Nanos};
-use sluice_gateway::routes;
 use sluice_http::keys::RequestFacts;
 use sluice_http::pipeline::{Limiter, route_path};
 use sluice_sim::{Judge, Judgement, LimitDecision, LimitInfo, LimitVerdict, LogRequest, RequestVerdict, RouteInfo};
@@ -160,7 +159,7 @@ impl Judge for ConfigJudge {
         // upstreams read differently is refused before any route.
         let Ok(path) = route_path(r.path()) else { return Judgement::Refused };
         let method = r.method();
-        let Some((index, route)) = routes::find(&self.config.routes, method, &path) else {
+        let Some((index, route)) = sluice_config::find_route(&self.config.routes, method, &path) else {
             return Judgement::Unmatched;
         };
         if !self.simulable[index] {
