@@ -7,7 +7,7 @@
 //! `max(tat, now) + cost * T - now <= capacity * T`. This is exact integer arithmetic: no
 //! drift accumulates however long a key lives.
 
-use crate::algorithm::{Algorithm, commit, check_charge};
+use crate::algorithm::{Algorithm, check_charge, commit};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::{NANOS_PER_SEC, Nanos};

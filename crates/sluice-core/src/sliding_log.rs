@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::algorithm::{Algorithm, check_window_params, check_charge, sat};
+use crate::algorithm::{Algorithm, check_charge, check_window_params, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;

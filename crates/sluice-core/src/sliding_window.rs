@@ -1,6 +1,6 @@
 //! Sliding window counter: two counts and a weighted estimate.
 
-use crate::algorithm::{Algorithm, check_window_params, commit, check_charge, sat};
+use crate::algorithm::{Algorithm, check_charge, check_window_params, commit, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;

@@ -62,7 +62,8 @@ fn descriptor_status(
     match (desc.decider, &desc.report) {
         (Decider::Unlimited, _) => {
             metrics.descriptor(&desc.label, Outcome::Unlimited, desc.cost);
-            let s = DescriptorStatus { code: Code::Ok as i32, limit_remaining: UNLIMITED_REMAINING, ..Default::default() };
+            let s =
+                DescriptorStatus { code: Code::Ok as i32, limit_remaining: UNLIMITED_REMAINING, ..Default::default() };
             (s, None)
         }
         (Decider::Over, Some(r)) => {

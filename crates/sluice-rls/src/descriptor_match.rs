@@ -165,10 +165,19 @@ fn configured<'a>(
     checks: &mut Vec<Check>,
 ) -> ResolvedDescriptor<'a> {
     let rate = &m.limit.rate;
-    let limit =
-        PbLimit { name: rate.name.clone(), requests_per_unit: rate.requests_per_unit, unit: rate.unit.to_proto() as i32 };
-    let mut report =
-        Report { limit, period: rate.period, window: rate.period, fixed: true, shadow: m.limit.shadow, name: String::new() };
+    let limit = PbLimit {
+        name: rate.name.clone(),
+        requests_per_unit: rate.requests_per_unit,
+        unit: rate.unit.to_proto() as i32,
+    };
+    let mut report = Report {
+        limit,
+        period: rate.period,
+        window: rate.period,
+        fixed: true,
+        shadow: m.limit.shadow,
+        name: String::new(),
+    };
     let decider = match (rate.rule, snap.limit_policy[m.index]) {
         (Rule::Unlimited, _) => Decider::Unlimited,
         (Rule::Policy(p), Some(pi)) => {

@@ -2,8 +2,8 @@
 
 use serde_json::{Value, json};
 use sluice_config::{
-    Config, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, Rls, RlsCharge, SecretUrl,
-    StoreConfig, TokenSource,
+    Config, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, Rls, RlsCharge, SecretUrl, StoreConfig,
+    TokenSource,
 };
 use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
 use sluice_store::WhenFull;
