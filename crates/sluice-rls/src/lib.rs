@@ -58,10 +58,10 @@ mod snapshot;
 mod store_checks;
 mod yaml;
 
+pub use answer::UNLIMITED_REMAINING;
 pub use descriptors::{Descriptors, Limit, Matched};
 pub use error::RlsConfigError;
 pub use loader::{dangling_replaces, load_dir, parse_file};
 pub use server::{reload_on_change, reload_on_hangup, serve};
-pub use answer::UNLIMITED_REMAINING;
 pub use service::{Rls, RlsError};
 pub use snapshot::{MAX_OVERRIDE_POLICIES, ROUTE_PREFIX, UNKNOWN_DOMAIN_ROUTE};
