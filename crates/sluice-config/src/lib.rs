@@ -27,6 +27,7 @@ mod duration;
 mod error;
 mod field_path;
 mod identity;
+pub mod method;
 mod model;
 mod path;
 mod raw;
@@ -38,7 +39,7 @@ pub use error::ConfigError;
 pub use model::*;
 pub use path::{PathPattern, PathRefusal, PathShape, normalize_path, request_path};
 pub use secret::{REDACTED, Secret, SecretUrl};
-pub use validate::DEFAULT_LISTEN;
+pub use validate::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN, MAX_SLIDING_LOG_LIMIT};
 
 /// Parses and validates configuration text; `file` names it in errors.
 pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {

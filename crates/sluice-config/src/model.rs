@@ -232,6 +232,33 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
+impl ForwardedHeader {
+    /// Both headers, in the order configuration lists them.
+    pub const ALL: [ForwardedHeader; 2] = [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded];
+
+    /// The header's name as it travels (lower case) and as `server.forwarded_header` spells it:
+    /// the one spelling that reading, forwarding, config and the simulator use.
+    ///
+    /// ```
+    /// use sluice_config::ForwardedHeader;
+    /// assert_eq!(ForwardedHeader::XForwardedFor.name(), "x-forwarded-for");
+    /// assert_eq!(ForwardedHeader::parse("forwarded"), Some(ForwardedHeader::Forwarded));
+    /// assert!(ForwardedHeader::ALL.into_iter().all(|h| ForwardedHeader::parse(h.name()) == Some(h)));
+    /// assert_eq!(ForwardedHeader::parse("X-Forwarded-For"), None); // configuration spells it in lower case
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            ForwardedHeader::Forwarded => "forwarded",
+        }
+    }
+
+    /// The header a configuration names, spelled exactly as [`ForwardedHeader::name`] does.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|h| h.name() == name)
+    }
+}
+
 /// A rate-limit header style (DESIGN §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HeaderStyle {
@@ -377,17 +404,38 @@ impl Route {
     /// [`Route::matches`] for a path already passed through [`request_path`] (normalise once
     /// per request, not once per route).
     ///
-    /// Methods match whatever their case (`get` is `GET` to most frameworks), and a route of
-    /// `GET` also limits `HEAD` (every common framework runs the GET handler for HEAD).
+    /// Methods match as [`crate::method::matches`] says: any case, `HEAD` by `GET` routes.
     pub fn matches_normal(&self, method: &str, path: &str) -> bool {
-        self.path.matches_normal(path) && self.methods.as_ref().is_none_or(|ms| methods_match(ms, method))
+        self.path.matches_normal(path) && self.methods.as_ref().is_none_or(|ms| crate::method::matches(ms, method))
     }
 }
 
-/// True when the request method `method` is one of `configured` (upper case), as routes match:
-/// case-insensitively, `HEAD` as `GET`.
-pub fn methods_match(configured: &[String], method: &str) -> bool {
-    configured.iter().any(|m| m.eq_ignore_ascii_case(method) || (m == "GET" && method.eq_ignore_ascii_case("HEAD")))
+/// The route a request takes: the first of `routes` that matches `method` and `path` (already
+/// normalised by [`request_path`]), with its index (for the metrics' label sets). Every face
+/// that decides by route looks routes up here: the gateway, forward-auth and the simulator.
+///
+/// ```
+/// let cfg = sluice_config::parse("s.toml", r#"
+/// [[policy]]
+/// name = "p"
+/// algorithm = "fixed-window"
+/// limit = 1
+/// window = "1m"
+/// [[route]]
+/// path = "/api/*"
+/// methods = ["GET"]
+/// limits = [{ policy = "p", key = "ip" }]
+/// [[route]]
+/// path = "/*"
+/// limits = [{ policy = "p", key = "ip" }]
+/// "#).unwrap();
+/// let find = |m, p| sluice_config::find_route(&cfg.routes, m, p).map(|(i, _)| i);
+/// assert_eq!(find("head", "/api/items"), Some(0));
+/// assert_eq!(find("POST", "/api/items"), Some(1), "the first route whose method matches");
+/// assert_eq!(sluice_config::find_route(&cfg.routes[..1], "POST", "/api/items"), None);
+/// ```
+pub fn find_route<'c>(routes: &'c [Route], method: &str, path: &str) -> Option<(usize, &'c Route)> {
+    routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, path))
 }
 
 /// One limit of a route: a policy (index into `Config::policies`), the key, the cost.

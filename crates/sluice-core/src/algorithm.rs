@@ -27,10 +27,27 @@ pub trait Algorithm {
     fn is_fresh(&self, state: &Self::State, now: Nanos) -> bool;
 }
 
-/// Rejects a cost the limit can never admit.
+/// The cost bounds of a request, the one rule every face applies to what a request is
+/// configured or asked to cost: from 1 to the limit. 0 is refused because it would never be
+/// limited; above the limit because no amount of waiting would admit it.
+///
+/// ```
+/// use sluice_core::check_cost;
+/// assert!(check_cost(0, 5).is_err());
+/// assert!(check_cost(1, 5).is_ok() && check_cost(5, 5).is_ok());
+/// assert!(check_cost(6, 5).is_err());
+/// ```
 #[inline]
-pub(crate) fn ensure_cost(cost: u64, capacity: u64) -> Result<(), CostError> {
-    if cost > capacity { Err(CostError { cost, capacity }) } else { Ok(()) }
+pub fn check_cost(cost: u64, limit: u64) -> Result<(), CostError> {
+    if cost == 0 { Err(CostError { cost, capacity: limit }) } else { check_charge(cost, limit) }
+}
+
+/// The bound the algorithms and stores apply to what they are asked to decide: at most the
+/// limit. Unlike [`check_cost`] it takes 0, which asks what is left without charging (Envoy's
+/// `hits_addend: 0`).
+#[inline]
+pub fn check_charge(cost: u64, limit: u64) -> Result<(), CostError> {
+    if cost > limit { Err(CostError { cost, capacity: limit }) } else { Ok(()) }
 }
 
 /// Validates the parameters shared by the window algorithms.
@@ -57,4 +74,27 @@ pub(crate) fn commit<S>(state: &mut S, decided: Result<(Decision, S), CostError>
 /// Clamps a 128-bit intermediate to `u64` (saturating).
 pub(crate) fn sat(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cost_is_from_one_to_the_limit() {
+        let limit = 5;
+        assert_eq!(check_cost(0, limit), Err(CostError { cost: 0, capacity: limit }));
+        assert_eq!(check_cost(1, limit), Ok(()));
+        assert_eq!(check_cost(limit, limit), Ok(()));
+        assert_eq!(check_cost(limit + 1, limit), Err(CostError { cost: limit + 1, capacity: limit }));
+        assert_eq!(check_cost(u64::MAX, u64::MAX), Ok(()));
+    }
+
+    #[test]
+    fn a_charge_may_be_zero_and_not_above_the_limit() {
+        let limit = 5;
+        assert_eq!(check_charge(0, limit), Ok(()));
+        assert_eq!(check_charge(limit, limit), Ok(()));
+        assert_eq!(check_charge(limit + 1, limit), Err(CostError { cost: limit + 1, capacity: limit }));
+    }
 }

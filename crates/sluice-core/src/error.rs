@@ -2,15 +2,39 @@
 
 use thiserror::Error;
 
-/// A request that no amount of waiting would admit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-#[error("cost {cost} exceeds the limit's capacity {capacity}: it can never be admitted")]
+/// A cost outside the bounds of [`crate::check_cost`] (0, or above the limit) or of
+/// [`crate::check_charge`] (above the limit): a request no amount of waiting would admit, or one
+/// that would never be limited.
+///
+/// ```
+/// use sluice_core::CostError;
+/// assert_eq!(CostError { cost: 0, capacity: 5 }.to_string(), "cost must be at least 1: a request that costs nothing is never limited");
+/// assert_eq!(CostError { cost: 6, capacity: 5 }.to_string(), "cost 6 exceeds the limit's capacity 5: it can never be admitted");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CostError {
-    /// The request's cost.
+    /// The request's cost (0 when it was refused for costing nothing).
     pub cost: u64,
     /// The most any single request may cost under this limit.
     pub capacity: u64,
 }
+
+impl CostError {
+    /// Why a cost of 0 is refused, said after the field that holds it (`route[0].cost: ...`).
+    pub const ZERO: &'static str = "must be at least 1: a request that costs nothing is never limited";
+}
+
+impl std::fmt::Display for CostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.cost == 0 {
+            write!(f, "cost {}", Self::ZERO)
+        } else {
+            write!(f, "cost {} exceeds the limit's capacity {}: it can never be admitted", self.cost, self.capacity)
+        }
+    }
+}
+
+impl std::error::Error for CostError {}
 
 /// Parameters that do not make a limit.
 #[derive(Debug, Clone, PartialEq, Error)]

@@ -1,6 +1,6 @@
 //! Fixed window: a counter per aligned window.
 
-use crate::algorithm::{Algorithm, check_window_params, commit, ensure_cost, sat};
+use crate::algorithm::{Algorithm, check_charge, check_window_params, commit, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;
@@ -56,7 +56,7 @@ impl FixedWindow {
     }
 
     fn decide(&self, s: &FixedWindowState, now: Nanos, cost: u64) -> Result<(Decision, FixedWindowState), CostError> {
-        ensure_cost(cost, self.limit)?;
+        check_charge(cost, self.limit)?;
         let (start, count) = self.current(s, now);
         let end = start as u128 + self.window as u128;
         let until_end = sat(end.saturating_sub(now as u128));

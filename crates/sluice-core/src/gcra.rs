@@ -7,7 +7,7 @@
 //! `max(tat, now) + cost * T - now <= capacity * T`. This is exact integer arithmetic: no
 //! drift accumulates however long a key lives.
 
-use crate::algorithm::{Algorithm, commit, ensure_cost};
+use crate::algorithm::{Algorithm, check_charge, commit};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::{NANOS_PER_SEC, Nanos};
@@ -79,7 +79,7 @@ impl Meter {
     /// checked.
     #[inline]
     fn decide(&self, s: &GcraState, now: Nanos, cost: u64) -> Result<(Decision, GcraState), CostError> {
-        ensure_cost(cost, self.capacity)?;
+        check_charge(cost, self.capacity)?;
         let backlog = s.tat.saturating_sub(now);
         let charge = cost * self.interval; // cost <= capacity: at most tau
         // `need` is the new tat minus now. A tat past the end of u64 time cannot be stored, and

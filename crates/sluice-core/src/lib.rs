@@ -9,7 +9,8 @@
 //! [`ManualClock`] and [`SystemClock`] live here for the callers that need one.
 //!
 //! Every algorithm answers with a [`Decision`]; a denial is a value, and a request that could
-//! never be admitted (cost above capacity) is a [`CostError`]. A denied request charges nothing.
+//! never be admitted (cost above capacity) is a [`CostError`]; [`check_cost`] is the one rule
+//! of what a request may cost (1 to the limit). A denied request charges nothing.
 //!
 //! ```
 //! use sluice_core::{Algorithm, SlidingLog, NANOS_PER_SEC};
@@ -40,7 +41,7 @@ mod sliding_log;
 mod sliding_window;
 mod time;
 
-pub use algorithm::Algorithm;
+pub use algorithm::{Algorithm, check_charge, check_cost};
 pub use decision::Decision;
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::{CostError, ParamError};

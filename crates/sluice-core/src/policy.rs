@@ -169,6 +169,17 @@ impl Policy {
         }
     }
 
+    /// [`crate::check_cost`] against this policy's limit: a request costs from 1 to the limit.
+    pub fn check_cost(&self, cost: u64) -> Result<(), CostError> {
+        crate::check_cost(cost, self.limit())
+    }
+
+    /// [`crate::check_charge`] against this policy's limit: what a store may be asked to decide
+    /// (0 asks without charging).
+    pub fn check_charge(&self, cost: u64) -> Result<(), CostError> {
+        crate::check_charge(cost, self.limit())
+    }
+
     /// [`Algorithm::check`] for whichever algorithm this is.
     ///
     /// # Panics

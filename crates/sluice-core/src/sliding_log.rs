@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::algorithm::{Algorithm, check_window_params, ensure_cost, sat};
+use crate::algorithm::{Algorithm, check_charge, check_window_params, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;
@@ -83,7 +83,7 @@ impl Algorithm for SlidingLog {
     }
 
     fn peek(&self, state: &SlidingLogState, now: Nanos, cost: u64) -> Result<Decision, CostError> {
-        ensure_cost(cost, self.limit)?;
+        check_charge(cost, self.limit)?;
         let w = self.window as u128;
         let first = self.first_live(state, now);
         let live = (state.times.len() - first) as u64;

@@ -1,6 +1,6 @@
 //! Sliding window counter: two counts and a weighted estimate.
 
-use crate::algorithm::{Algorithm, check_window_params, commit, ensure_cost, sat};
+use crate::algorithm::{Algorithm, check_charge, check_window_params, commit, sat};
 use crate::decision::Decision;
 use crate::error::{CostError, ParamError};
 use crate::time::Nanos;
@@ -97,7 +97,7 @@ impl SlidingWindow {
         now: Nanos,
         cost: u64,
     ) -> Result<(Decision, SlidingWindowState), CostError> {
-        ensure_cost(cost, self.limit)?;
+        check_charge(cost, self.limit)?;
         let w = self.window as u128;
         let limit = self.limit as u128;
         let c = cost as u128;

@@ -165,14 +165,14 @@ pub async fn handle(
         };
         let limit = limiter.policies()[policy].policy.limit();
         let most = access.max_cost.map_or(limit, |m| m.min(limit));
-        if c.cost > most {
+        if sluice_core::check_charge(c.cost, most).is_err() {
             return respond::error(
                 400,
                 "cost_too_large",
                 &format!("Cost {} exceeds the largest allowed, {most}.", c.cost),
             );
         }
-        if c.cost == 0 {
+        if sluice_core::check_cost(c.cost, most).is_err() {
             return respond::error(400, "bad_request", "A check costs at least 1.");
         }
         checks.push(Check { policy, key: limiter.keys().named(&c.policy, &c.key), cost: c.cost });

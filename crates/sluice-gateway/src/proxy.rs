@@ -256,8 +256,8 @@ pub struct Forwarding {
     read: Vec<String>,
 }
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static(ForwardedHeader::XForwardedFor.name());
+static FORWARDED: HeaderName = HeaderName::from_static(ForwardedHeader::Forwarded.name());
 static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 impl Forwarding {
@@ -278,7 +278,7 @@ impl Forwarding {
     /// in `read` (or of an identity header) is dropped whatever `underscores` says.
     pub fn with_underscores<'a>(self, underscores: UnderscoreHeaders, read: impl Iterator<Item = &'a str>) -> Self {
         let mut read: Vec<String> = read.map(str::to_ascii_lowercase).collect();
-        read.extend(["x-forwarded-for", "forwarded", "x-real-ip"].map(String::from));
+        read.extend([X_FORWARDED_FOR.as_str(), FORWARDED.as_str(), X_REAL_IP.as_str()].map(String::from));
         read.extend(self.identity.iter().map(|h| h.as_str().to_owned()));
         read.sort();
         read.dedup();

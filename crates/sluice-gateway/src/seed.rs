@@ -235,7 +235,7 @@ impl SeedService {
         Self {
             store,
             hasher: KeyHasher::random(),
-            identity: ClientIdentity::new(Vec::new(), 56),
+            identity: ClientIdentity::new(Vec::new(), sluice_config::DEFAULT_IPV6_PREFIX),
             capacity,
             policies,
             observed,

@@ -92,10 +92,7 @@ impl ClientIdentity {
         if !self.is_trusted(peer) {
             return peer;
         }
-        let name = match self.header {
-            ForwardedHeader::XForwardedFor => "x-forwarded-for",
-            ForwardedHeader::Forwarded => "forwarded",
-        };
+        let name = self.header.name();
         // Every entry of every line, from the right; only the entries walked are parsed, so a
         // byte that is not text (or junk) left of the client never matters.
         let mut client = peer;

@@ -291,7 +291,7 @@ impl KeyBuilder {
                 source.body_field().and_then(|field| f.body?.key_text(field)).map(|t| Cow::Owned(t.into_bytes()))
             }
             // Routes match methods whatever their case, and HEAD as GET: keys read them alike.
-            KeySource::Method => Some(match canonical_method(f.method) {
+            KeySource::Method => Some(match sluice_config::method::normal(f.method) {
                 Cow::Borrowed(m) => Cow::Borrowed(m.as_bytes()),
                 Cow::Owned(m) => Cow::Owned(m.into_bytes()),
             }),
@@ -357,18 +357,6 @@ pub fn other_spelling(headers: &HeaderMap, name: &str) -> bool {
                 && n.contains('_')
                 && n.bytes().zip(name.bytes()).all(|(a, b)| a == b || (a == b'_' && b == b'-'))
         })
-}
-
-/// The method as routes match it: upper case, `HEAD` as `GET`. Borrows the common spellings.
-fn canonical_method(method: &str) -> Cow<'_, str> {
-    if method.eq_ignore_ascii_case("HEAD") {
-        return Cow::Borrowed("GET");
-    }
-    if method.bytes().any(|b| b.is_ascii_lowercase()) {
-        Cow::Owned(method.to_ascii_uppercase())
-    } else {
-        Cow::Borrowed(method)
-    }
 }
 
 /// An address as one account: its [`account_key`] (trimmed, case-folded, one spelling of what

@@ -68,7 +68,7 @@ use std::future::Future;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use sluice_config::{Loosen, Route, RouteLimit};
+use sluice_config::{Loosen, Route, RouteLimit, find_route};
 
 use crate::body_key::{BodyKind, body_kind, keyable_body, needs_body};
 use crate::identity::Client;
@@ -288,7 +288,7 @@ impl<'a> Lifecycle<'a> {
             Ok(p) => p,
             Err(refused) => return Ok(self.refuse(None, &refused, &face)),
         };
-        let Some((index, route)) = find(routes, asked.method, &path) else {
+        let Some((index, route)) = find_route(routes, asked.method, &path) else {
             self.observer.unmatched();
             drop(path);
             return face.unmatched(request).await;
@@ -452,10 +452,4 @@ impl<'a> Lifecycle<'a> {
     fn refuse<F: Face>(&self, at: Option<Counted<'_>>, why: &Refusal, face: &F) -> F::Response {
         face.answer(self.refused(at, why))
     }
-}
-
-/// The first of `routes` that matches `method` and `path` (already normalised by
-/// [`route_path`]), with its position (for the metrics' label sets).
-pub fn find<'c>(routes: &'c [Route], method: &str, path: &str) -> Option<(usize, &'c Route)> {
-    routes.iter().enumerate().find(|(_, r)| r.matches_normal(method, path))
 }

@@ -43,6 +43,8 @@
 //! ```
 
 pub mod admin;
+mod answer;
+mod descriptor_match;
 pub mod descriptors;
 mod error;
 pub mod grpc;
@@ -53,11 +55,13 @@ pub mod rate_limit;
 pub mod server;
 mod service;
 mod snapshot;
+mod store_checks;
 mod yaml;
 
+pub use answer::UNLIMITED_REMAINING;
 pub use descriptors::{Descriptors, Limit, Matched};
 pub use error::RlsConfigError;
 pub use loader::{dangling_replaces, load_dir, parse_file};
 pub use server::{reload_on_change, reload_on_hangup, serve};
-pub use service::{Rls, RlsError, UNLIMITED_REMAINING};
+pub use service::{Rls, RlsError};
 pub use snapshot::{MAX_OVERRIDE_POLICIES, ROUTE_PREFIX, UNKNOWN_DOMAIN_ROUTE};

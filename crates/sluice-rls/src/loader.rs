@@ -4,15 +4,13 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+use sluice_config::MAX_SLIDING_LOG_LIMIT;
 use sluice_core::{AlgorithmKind, NANOS_PER_SEC, Nanos, parse_duration};
 
 use crate::descriptors::{Descriptor, Descriptors, Domain, Level, Limit, Wildcard};
 use crate::error::RlsConfigError;
 use crate::rate_limit::{RateLimit, Rule, Unit, policy};
 use crate::yaml::{self, Kind, Node};
-
-/// The most timestamps a sliding-log limit may keep per key (as for the gateway's policies).
-const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 
 /// Loads every `*.yaml` and `*.yml` file of `dir` (not its subdirectories, nor hidden files),
 /// in name order, one domain per file.

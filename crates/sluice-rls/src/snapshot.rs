@@ -108,7 +108,7 @@ impl Snapshot {
         let limiter = Limiter::new(
             Enforcer::of_config(store, &config),
             KeyBuilder::new(env.hasher.clone(), None),
-            ClientIdentity::new(Vec::new(), 56),
+            ClientIdentity::new(Vec::new(), sluice_config::DEFAULT_IPV6_PREFIX),
             env.styles.clone(),
             StatusCode::TOO_MANY_REQUESTS,
         );

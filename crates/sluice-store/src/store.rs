@@ -142,10 +142,7 @@ pub fn validate_checks(policies: &[NamedPolicy], checks: &[Check]) -> Result<(),
         let Some(p) = policies.get(c.policy) else {
             return Err(StoreError::UnknownPolicy { index, policy: c.policy });
         };
-        let capacity = p.policy.limit();
-        if c.cost > capacity {
-            return Err(StoreError::Cost { index, source: CostError { cost: c.cost, capacity } });
-        }
+        p.policy.check_charge(c.cost).map_err(|source| StoreError::Cost { index, source })?;
     }
     Ok(())
 }

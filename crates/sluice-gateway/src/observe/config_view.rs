@@ -2,8 +2,8 @@
 
 use serde_json::{Value, json};
 use sluice_config::{
-    Config, ForwardedHeader, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, Rls, RlsCharge, SecretUrl,
-    StoreConfig, TokenSource,
+    Config, Jwt, JwtKeyMaterial, OnDeny, OnError, OnInvalidToken, REDACTED, Rls, RlsCharge, SecretUrl, StoreConfig,
+    TokenSource,
 };
 use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
 use sluice_store::WhenFull;
@@ -27,10 +27,7 @@ pub fn config_json(c: &Config) -> Value {
         "server": {
             "listen": s.listen.to_string(),
             "trusted_proxies": s.trusted_proxies.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-            "forwarded_header": match s.forwarded_header {
-                ForwardedHeader::XForwardedFor => "x-forwarded-for",
-                ForwardedHeader::Forwarded => "forwarded",
-            },
+            "forwarded_header": s.forwarded_header.name(),
             "ipv6_prefix": s.ipv6_prefix,
             "headers": s.headers.iter().map(|h| h.name()).collect::<Vec<_>>(),
             "deny_status": s.deny_status,

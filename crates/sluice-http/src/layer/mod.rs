@@ -165,7 +165,7 @@ impl RateLimitLayerBuilder {
         for (name, key, cost) in self.limits {
             let Some(policy) = enforcer.policy_index(&name) else { return Err(LayerError::UnknownPolicy(name)) };
             let limit = enforcer.policies()[policy].policy.limit();
-            if cost == 0 || cost > limit {
+            if sluice_core::check_cost(cost, limit).is_err() {
                 return Err(LayerError::Cost { policy: name, cost, limit });
             }
             if key.needs_body() {
@@ -240,7 +240,7 @@ impl RateLimitLayer {
             limits: Vec::new(),
             trusted: Vec::new(),
             forwarded: sluice_config::ForwardedHeader::XForwardedFor,
-            ipv6_prefix: 56,
+            ipv6_prefix: sluice_config::DEFAULT_IPV6_PREFIX,
             headers: vec![HeaderStyle::Draft6],
             deny_status: 429,
             hasher: KeyHasher::random(),

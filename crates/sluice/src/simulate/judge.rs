@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use sluice_config::{Config, ForwardedHeader, KeySource, Route};
+use sluice_config::{Config, KeySource, Route};
 use sluice_core::{ManualClock, Nanos};
 use sluice_http::lifecycle::{Asked, Counted, Face, Lifecycle, Unobserved};
 use sluice_http::pipeline::{Limiter, Ruling};
@@ -38,14 +38,6 @@ fn block_on<F: Future>(future: F, waker: &Waker) -> F::Output {
             Poll::Ready(out) => return out,
             Poll::Pending => std::thread::park(),
         }
-    }
-}
-
-/// The name of the forwarding header a configuration's trusted proxies write.
-pub fn forwarded_header_name(config: &Config) -> &'static str {
-    match config.server.forwarded_header {
-        ForwardedHeader::XForwardedFor => "x-forwarded-for",
-        ForwardedHeader::Forwarded => "forwarded",
     }
 }
 
@@ -114,7 +106,7 @@ fn headers_read(config: &Config) -> BTreeSet<String> {
         }
     }
     if !config.server.trusted_proxies.is_empty() {
-        names.insert(forwarded_header_name(config).to_string());
+        names.insert(config.server.forwarded_header.name().to_string());
     }
     names
 }
@@ -300,7 +292,7 @@ pub fn warnings(config: &Config, log_headers: &[String]) -> Vec<String> {
             }
         }
     }
-    let forwarded = forwarded_header_name(config);
+    let forwarded = config.server.forwarded_header.name();
     if !config.server.trusted_proxies.is_empty() && !carried(forwarded) {
         push(format!(
             "server.trusted_proxies is set but the log carries no `{forwarded}`: requests from trusted proxies are \

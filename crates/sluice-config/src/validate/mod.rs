@@ -1,0 +1,102 @@
+//! Raw structs to the validated model, one field at a time, each error located: a module per
+//! table it validates, this one joining them and checking what spans tables.
+
+mod address;
+mod decision_api;
+mod decision_log;
+mod forward_auth;
+mod key;
+mod policy;
+mod rls;
+mod route;
+mod server;
+mod store;
+mod upstream;
+
+use std::collections::HashMap;
+
+use crate::error::{ConfigError, Source};
+use crate::model::*;
+use crate::raw::*;
+use address::addr;
+
+pub use policy::MAX_SLIDING_LOG_LIMIT;
+pub use server::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN};
+
+/// The whole configuration: every table, then what one table requires of another.
+pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, ConfigError> {
+    let (server, decision_api_switch) = server::server(src, raw.server)?;
+    let identity = crate::identity::identity(src, raw.identity)?;
+    let upstream = raw.upstream.map(|u| upstream::upstream(src, u)).transpose()?;
+    let mut policies = Vec::with_capacity(raw.policy.len());
+    let mut by_name = HashMap::new();
+    for (i, p) in raw.policy.into_iter().enumerate() {
+        let span = p.span();
+        let pc = policy::policy(src, i, &span, p.into_inner())?;
+        if by_name.insert(pc.name.clone(), i).is_some() {
+            let line = src.field_line(&span, "name");
+            return Err(src.error(
+                Some(line),
+                format!("policy[{i}].name"),
+                format!("duplicate policy name `{}`", pc.name),
+            ));
+        }
+        policies.push(pc);
+    }
+    let routes = raw
+        .route
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let span = r.span();
+            route::route(src, i, &span, r.into_inner(), &by_name, &policies, (&server, &identity))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let store_span = raw.store.as_ref().map(|s| s.span());
+    let store = store::store(src, raw.store)?;
+    if matches!(store, StoreConfig::Redis { .. }) && server.key_secret.is_none() {
+        let span = store_span.unwrap_or(0..0);
+        return Err(src.error(
+            Some(src.field_line(&span, "kind")),
+            "server.key_secret",
+            "a Redis store is shared by every instance that uses it: set server.key_secret (or key_secret_file, or \
+             key_secret_env naming a variable) to the same long random secret on each, or they hash one client to \
+             different keys and each instance grants the full limit",
+        ));
+    }
+    if matches!(store, StoreConfig::Memory { snapshot: Some(_), .. }) && server.key_secret.is_none() {
+        let span = store_span.unwrap_or(0..0);
+        return Err(src.error(
+            Some(src.field_line(&span, "snapshot")),
+            "server.key_secret",
+            "a snapshot is read by the next process, which must hash every client to the same key: set \
+             server.key_secret (or key_secret_file, or key_secret_env naming a variable) to a long random secret \
+             kept across restarts; without one each process draws its own and the snapshot fits no key",
+        ));
+    }
+    let decision_api = decision_api::decision_api(src, raw.decision_api, decision_api_switch)?;
+    let admin = raw
+        .admin
+        .map(|a| {
+            let span = a.span();
+            let listen = a.into_inner().listen.unwrap_or_else(|| "127.0.0.1:9090".into());
+            addr(src, &span, "admin", "listen", &listen).map(|listen| Admin { listen })
+        })
+        .transpose()?;
+    let decision_log = decision_log::decision_log(src, raw.decision_log)?;
+    let rls = raw.rls.map(|r| rls::rls(src, r)).transpose()?;
+    let forward_auth = raw.forward_auth.map(|f| forward_auth::forward_auth(src, f, &server)).transpose()?;
+    Ok(Config {
+        server,
+        upstream,
+        policies,
+        routes,
+        store,
+        admin,
+        decision_log,
+        decision_api,
+        rls,
+        identity,
+        forward_auth,
+    })
+}

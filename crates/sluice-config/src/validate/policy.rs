@@ -1,0 +1,109 @@
+//! `[[policy]]`: an algorithm and its parameters, as a core `Policy`.
+
+use std::ops::Range;
+
+use sluice_core::{
+    ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket,
+};
+
+use crate::duration::parse_duration;
+use crate::error::{ConfigError, Source};
+use crate::model::*;
+use crate::raw::*;
+
+/// The largest sliding-log limit: its state holds one timestamp per admitted unit of cost.
+pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+
+/// The `i`th `[[policy]]`, at `span`.
+pub(super) fn policy(
+    src: &Source<'_>,
+    i: usize,
+    span: &Range<usize>,
+    p: RawPolicy,
+) -> Result<PolicyConfig, ConfigError> {
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(span, field)), format!("policy[{i}].{field}"), msg);
+    if p.name.is_empty() {
+        return Err(err("name", "must not be empty".into()));
+    }
+    let present: [(&str, bool); 7] = [
+        ("limit", p.limit.is_some()),
+        ("window", p.window.is_some()),
+        ("capacity", p.capacity.is_some()),
+        ("refill_per_second", p.refill_per_second.is_some()),
+        ("rate_per_second", p.rate_per_second.is_some()),
+        ("mode", p.mode.is_some()),
+        ("delay", p.delay.is_some()),
+    ];
+    let Some(kind) = AlgorithmKind::parse(&p.algorithm) else {
+        let known = ALGORITHM_NAMES.join(", ");
+        return Err(err("algorithm", format!("unknown algorithm `{}` ({known})", p.algorithm)));
+    };
+    let allowed: &[&str] = match kind {
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => &["limit", "window"],
+        AlgorithmKind::TokenBucket => &["capacity", "refill_per_second"],
+        AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay"],
+    };
+    if let Some((field, _)) = present.iter().find(|(f, there)| *there && !allowed.contains(f)) {
+        return Err(err(field, format!("does not apply to {} (it takes {})", p.algorithm, allowed.join(", "))));
+    }
+    let need = |field: &str| err(field, format!("{} needs `{field}`", p.algorithm));
+    let param = |field: &str, e: sluice_core::ParamError| err(field, e.to_string());
+    let windowed = || -> Result<(u64, u64), ConfigError> {
+        let limit = p.limit.ok_or_else(|| need("limit"))?;
+        let text = p.window.as_deref().ok_or_else(|| need("window"))?;
+        let window = parse_duration(text).map_err(|m| err("window", m))?;
+        Ok((limit, window))
+    };
+    let policy: Policy = match kind {
+        AlgorithmKind::FixedWindow => {
+            let (l, w) = windowed()?;
+            FixedWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        AlgorithmKind::SlidingLog => {
+            let (l, w) = windowed()?;
+            if l > MAX_SLIDING_LOG_LIMIT {
+                return Err(err(
+                    "limit",
+                    format!(
+                        "{l} is too large for a sliding log, which keeps one timestamp per admitted request \
+                         (at most {MAX_SLIDING_LOG_LIMIT}); use sliding-window for large limits"
+                    ),
+                ));
+            }
+            SlidingLog::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        AlgorithmKind::SlidingWindow => {
+            let (l, w) = windowed()?;
+            SlidingWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        AlgorithmKind::TokenBucket => {
+            let c = p.capacity.ok_or_else(|| need("capacity"))?;
+            let r = p.refill_per_second.ok_or_else(|| need("refill_per_second"))?;
+            TokenBucket::new(c, r).map_err(|e| param(field_of(&e), e))?.into()
+        }
+        AlgorithmKind::LeakyBucket => {
+            let r = p.rate_per_second.ok_or_else(|| need("rate_per_second"))?;
+            let c = p.capacity.ok_or_else(|| need("capacity"))?;
+            let mode = match p.mode.as_deref().unwrap_or("police") {
+                "police" if p.delay.is_some() => {
+                    return Err(err("delay", "applies only to mode = \"shape\"".into()));
+                }
+                "police" => LeakMode::Police,
+                "shape" => LeakMode::Shape { delay: p.delay.unwrap_or(0) },
+                other => return Err(err("mode", format!("`{other}` is neither `police` nor `shape`"))),
+            };
+            LeakyBucket::new(r, c, mode).map_err(|e| param(field_of(&e), e))?.into()
+        }
+    };
+    Ok(PolicyConfig { name: p.name, policy, shadow: p.shadow })
+}
+
+fn field_of(e: &sluice_core::ParamError) -> &'static str {
+    match e {
+        sluice_core::ParamError::Zero { field }
+        | sluice_core::ParamError::BadRate { field, .. }
+        | sluice_core::ParamError::TooLarge { field } => field,
+        sluice_core::ParamError::DelayTooLarge { .. } => "delay",
+    }
+}

@@ -1,0 +1,130 @@
+//! `[server]`: listening, trusted proxies and client identity, denials, in-flight bounds,
+//! request bodies, the key secret.
+
+use sluice_core::Nanos;
+
+use super::address::{addr, ip_net};
+use crate::duration::parse_duration;
+use crate::error::{ConfigError, Source};
+use crate::model::*;
+use crate::raw::*;
+use crate::secret::read_secret;
+
+/// Default listen address of a config without `server.listen`.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+
+/// The prefix IPv6 clients are grouped by when nothing sets it (`server.ipv6_prefix`, the tower
+/// layer, the default service, the rate-limit service): a /56 is what one subscriber is commonly
+/// delegated, so one household or server is one client however many addresses it rotates through.
+///
+/// ```
+/// let cfg = sluice_config::parse("s.toml", "").unwrap();
+/// assert_eq!(cfg.server.ipv6_prefix, sluice_config::DEFAULT_IPV6_PREFIX);
+/// assert_eq!(sluice_config::DEFAULT_IPV6_PREFIX, 56);
+/// ```
+pub const DEFAULT_IPV6_PREFIX: u8 = 56;
+
+/// `[server]`, and `server.decision_api` (the switch, which `[decision_api]` reads).
+pub(super) fn server(
+    src: &Source<'_>,
+    raw: Option<toml::Spanned<RawServer>>,
+) -> Result<(Server, Option<bool>), ConfigError> {
+    let (span, s) = match raw {
+        Some(s) => (s.span(), s.into_inner()),
+        None => (0..0, RawServer::default()),
+    };
+    let err = |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("server.{field}"), msg);
+    let listen = addr(src, &span, "server", "listen", s.listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
+    let mut trusted_proxies = Vec::new();
+    for p in &s.trusted_proxies {
+        trusted_proxies.push(ip_net(p).map_err(|m| err("trusted_proxies", m))?);
+    }
+    let forwarded_header = match s.forwarded_header.as_deref() {
+        None => ForwardedHeader::default(),
+        Some(name) => ForwardedHeader::parse(name).ok_or_else(|| {
+            let [xff, fwd] = ForwardedHeader::ALL.map(ForwardedHeader::name);
+            err("forwarded_header", format!("`{name}` is neither `{xff}` nor `{fwd}`"))
+        })?,
+    };
+    let ipv6_prefix = s.ipv6_prefix.unwrap_or(DEFAULT_IPV6_PREFIX);
+    if ipv6_prefix > 128 {
+        return Err(err("ipv6_prefix", format!("{ipv6_prefix} is not a prefix length (0 to 128)")));
+    }
+    let headers = match s.headers {
+        None => vec![HeaderStyle::Draft6],
+        Some(list) => list
+            .iter()
+            .map(|h| match h.as_str() {
+                "draft-6" => Ok(HeaderStyle::Draft6),
+                "ietf" => Ok(HeaderStyle::Ietf),
+                "x-ratelimit" => Ok(HeaderStyle::XRateLimit),
+                other => Err(err("headers", format!("unknown header style `{other}` (draft-6, ietf, x-ratelimit)"))),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let deny_status = s.deny_status.unwrap_or(429);
+    if !(400..=599).contains(&deny_status) {
+        return Err(err("deny_status", format!("{deny_status} is not a 4xx or 5xx status")));
+    }
+    let on_deny = match s.on_deny.as_deref().unwrap_or("respond") {
+        "respond" => OnDeny::Respond,
+        "drop" => OnDeny::Drop,
+        other => return Err(err("on_deny", format!("`{other}` is neither `respond` nor `drop`"))),
+    };
+    let max_in_flight = s.max_in_flight.unwrap_or(10_000);
+    if max_in_flight == 0 {
+        return Err(err("max_in_flight", "must be at least 1".into()));
+    }
+    let max_in_flight_per_client =
+        s.max_in_flight_per_client.unwrap_or_else(|| default_in_flight_per_client(max_in_flight));
+    if max_in_flight_per_client == 0 {
+        return Err(err("max_in_flight_per_client", "must be at least 1".into()));
+    }
+    let user_header = s.user_header.map(|h| h.to_ascii_lowercase());
+    let max_body_bytes = s.max_body_bytes.unwrap_or(64 * 1024);
+    let duration = |field: &str, text: Option<&str>, default: &str| -> Result<Nanos, ConfigError> {
+        let n = parse_duration(text.unwrap_or(default)).map_err(|m| err(field, m))?;
+        if n == 0 {
+            return Err(err(field, "must be longer than 0".into()));
+        }
+        Ok(n)
+    };
+    let body_timeout = duration("body_timeout", s.body_timeout.as_deref(), "10s")?;
+    let body_idle_timeout = duration("body_idle_timeout", s.body_idle_timeout.as_deref(), "5s")?;
+    let max_body_reads_per_client = s.max_body_reads_per_client.unwrap_or(4);
+    if max_body_reads_per_client == 0 {
+        return Err(err("max_body_reads_per_client", "must be at least 1".into()));
+    }
+    let underscore_headers = match s.underscore_headers.as_deref().unwrap_or("drop") {
+        "drop" => UnderscoreHeaders::Drop,
+        "forward" => UnderscoreHeaders::Forward,
+        other => return Err(err("underscore_headers", format!("`{other}` is neither `drop` nor `forward`"))),
+    };
+    let key_secret =
+        read_secret(src, &span, "server", "key_secret", (s.key_secret, s.key_secret_file, s.key_secret_env))?;
+    let server = Server {
+        listen,
+        trusted_proxies,
+        forwarded_header,
+        ipv6_prefix,
+        headers,
+        deny_status,
+        on_deny,
+        max_in_flight,
+        max_in_flight_per_client,
+        user_header,
+        max_body_bytes,
+        body_timeout,
+        body_idle_timeout,
+        max_body_reads_per_client,
+        underscore_headers,
+        key_secret,
+    };
+    Ok((server, s.decision_api))
+}
+
+/// `server.max_in_flight_per_client` when it is not set: a tenth of `max_in_flight`, not below
+/// 64 nor above `max_in_flight` (see [`Server::max_in_flight_per_client`]).
+fn default_in_flight_per_client(max_in_flight: usize) -> usize {
+    (max_in_flight / 10).max(max_in_flight.min(64))
+}

@@ -1,0 +1,154 @@
+//! `[store]`: the memory store (bounds, `when_full`, snapshot) or Redis (URLs, failure mode).
+
+use sluice_core::NANOS_PER_MILLI;
+use sluice_store::{FoldSize, MAX_FOLD_DEPTH, WhenFull};
+
+use crate::duration::parse_duration;
+use crate::error::{ConfigError, Source};
+use crate::model::*;
+use crate::raw::*;
+use crate::secret::SecretUrl;
+
+/// `[store]`; the memory store's defaults when it is absent.
+pub(super) fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> Result<StoreConfig, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(StoreConfig::Memory {
+            max_keys: 1_000_000,
+            shards: 64,
+            when_full: WhenFull::default(),
+            snapshot: None,
+        });
+    };
+    let span = raw.span();
+    let s = raw.into_inner();
+    let err = |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("store.{field}"), msg);
+    match s.kind.as_deref().unwrap_or("memory") {
+        "memory" => {
+            for (field, there) in [
+                ("url", s.url.is_some()),
+                ("urls", s.urls.is_some()),
+                ("on_error", s.on_error.is_some()),
+                ("key_prefix", s.key_prefix.is_some()),
+                ("timeout_ms", s.timeout_ms.is_some()),
+            ] {
+                if there {
+                    return Err(err(field, "applies only to kind = \"redis\"".into()));
+                }
+            }
+            let snapshot = snapshot(src, &s).map_err(|(field, msg)| err(field, msg))?;
+            let max_keys = s.max_keys.unwrap_or(1_000_000);
+            if max_keys == 0 {
+                return Err(err("max_keys", "must be at least 1".into()));
+            }
+            let shards = s.shards.unwrap_or(64);
+            if !shards.is_power_of_two() {
+                return Err(err("shards", format!("{shards} is not a power of two")));
+            }
+            let when_full = when_full(&s).map_err(|(field, msg)| err(field, msg))?;
+            Ok(StoreConfig::Memory { max_keys, shards, when_full, snapshot })
+        }
+        "redis" => {
+            for (field, there) in
+                [("snapshot", s.snapshot.is_some()), ("snapshot_interval", s.snapshot_interval.is_some())]
+            {
+                if there {
+                    return Err(err(field, "applies only to kind = \"memory\" (Redis keeps its own state)".into()));
+                }
+            }
+            let urls = match (s.url, s.urls) {
+                (Some(u), None) => vec![u],
+                (None, Some(us)) if !us.is_empty() => us,
+                (None, _) => return Err(err("url", "kind = \"redis\" needs `url` (or `urls` for a cluster)".into())),
+                (Some(_), Some(_)) => return Err(err("urls", "give `url` or `urls`, not both".into())),
+            };
+            let urls: Vec<SecretUrl> = urls.into_iter().map(SecretUrl::new).collect();
+            if let Some(bad) =
+                urls.iter().find(|u| !(u.expose().starts_with("redis://") || u.expose().starts_with("rediss://")))
+            {
+                return Err(err("url", format!("`{bad}` must start with redis://")));
+            }
+            const MODES: &str = "choose what sluice does when Redis is slow or down:\n  \
+                on_error = \"fail-closed\"  answer 503 with Retry-After: nothing passes unlimited (logins, password resets)\n  \
+                on_error = \"fail-open\"    admit every request: the limit is off until Redis is back (cheap reads)\n  \
+                on_error = \"local\"        fall back to an in-memory limiter per instance: each instance grants the full limit";
+            let on_error = match s.on_error.as_deref() {
+                Some("fail-open") => OnError::FailOpen,
+                Some("fail-closed") => OnError::FailClosed,
+                Some("local") => OnError::Local,
+                Some(other) => return Err(err("on_error", format!("`{other}` is not a failure mode; {MODES}"))),
+                None => {
+                    let line = src.field_line(&span, "kind");
+                    return Err(src.error(
+                        Some(line),
+                        "store.on_error",
+                        format!("is required with kind = \"redis\"; {MODES}"),
+                    ));
+                }
+            };
+            let timeout_ms = s.timeout_ms.unwrap_or(50);
+            if timeout_ms == 0 {
+                return Err(err("timeout_ms", "must be at least 1".into()));
+            }
+            Ok(StoreConfig::Redis {
+                urls,
+                cluster: s.cluster,
+                on_error,
+                timeout_ms,
+                key_prefix: s.key_prefix.unwrap_or_else(|| "sluice".into()),
+            })
+        }
+        other => Err(err("kind", format!("unknown store `{other}` (memory, redis)"))),
+    }
+}
+
+/// `snapshot` and `snapshot_interval` of a memory store, or the field at fault and why.
+fn snapshot(src: &Source<'_>, s: &RawStore) -> Result<Option<Snapshot>, (&'static str, String)> {
+    let Some(path) = s.snapshot.as_deref() else {
+        if s.snapshot_interval.is_some() {
+            return Err(("snapshot_interval", "needs `snapshot`, the file to write".into()));
+        }
+        return Ok(None);
+    };
+    if path.is_empty() || path.ends_with('/') {
+        return Err(("snapshot", format!("`{path}` names no file")));
+    }
+    let interval =
+        parse_duration(s.snapshot_interval.as_deref().unwrap_or("10s")).map_err(|m| ("snapshot_interval", m))?;
+    if interval < 100 * NANOS_PER_MILLI {
+        return Err(("snapshot_interval", "must be at least 100ms (each write is the whole state)".into()));
+    }
+    Ok(Some(Snapshot { path: src.beside(path), interval }))
+}
+
+/// `when_full`, `fold_width` and `fold_depth` of a memory store, or the field at fault and why.
+/// `evict-lru`, the old default, is a deprecated spelling of `fold`: it evicts without loosening.
+fn when_full(s: &RawStore) -> Result<WhenFull, (&'static str, String)> {
+    let other_than_fold = match s.when_full.as_deref().unwrap_or("fold") {
+        "fold" | "evict-lru" => None,
+        "refuse" => Some(WhenFull::Refuse),
+        "forget" => Some(WhenFull::Forget),
+        other => return Err(("when_full", format!("`{other}` is not fold, refuse or forget"))),
+    };
+    if let Some(when_full) = other_than_fold {
+        for (field, there) in [("fold_width", s.fold_width.is_some()), ("fold_depth", s.fold_depth.is_some())] {
+            if there {
+                return Err((field, "applies only to when_full = \"fold\"".into()));
+            }
+        }
+        return Ok(when_full);
+    }
+    let mut size = FoldSize::default();
+    if let Some(width) = s.fold_width {
+        if width == 0 {
+            return Err(("fold_width", "must be at least 1".into()));
+        }
+        size.width = Some(width);
+    }
+    if let Some(depth) = s.fold_depth {
+        if !(1..=MAX_FOLD_DEPTH).contains(&depth) {
+            return Err(("fold_depth", format!("{depth} is not between 1 and {MAX_FOLD_DEPTH}")));
+        }
+        size.depth = depth;
+    }
+    Ok(WhenFull::Fold(size))
+}

@@ -1,0 +1,85 @@
+//! `[upstream]`: an `http://host:port` the HTTP client accepts, and its timeout.
+
+use crate::error::{ConfigError, Source};
+use crate::model::*;
+use crate::raw::*;
+
+/// `[upstream]`.
+pub(super) fn upstream(src: &Source<'_>, raw: toml::Spanned<RawUpstream>) -> Result<Upstream, ConfigError> {
+    let span = raw.span();
+    let u = raw.into_inner();
+    let err =
+        |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("upstream.{field}"), msg);
+    let rest = u.url.strip_prefix("http://").ok_or_else(|| {
+        err("url", format!("`{}` must start with http:// (TLS to the upstream is not supported)", u.url))
+    })?;
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() || authority.contains('/') || authority.contains('?') {
+        return Err(err("url", format!("`{}` must be `http://host:port` with no path", u.url)));
+    }
+    // What the HTTP client would refuse at start (or on reload) is refused here, with the field.
+    check_authority(authority).map_err(|why| err("url", format!("`{}`: {why}", u.url)))?;
+    let timeout_ms = u.timeout_ms.unwrap_or(30_000);
+    if timeout_ms == 0 {
+        return Err(err("timeout_ms", "must be at least 1".into()));
+    }
+    Ok(Upstream { url: format!("http://{authority}"), timeout: timeout_ms * 1_000_000 })
+}
+
+/// `host`, `host:port`, `[ipv6]` or `[ipv6]:port`, with a hostname or IPv4 address as host.
+fn check_authority(authority: &str) -> Result<(), String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let (inside, after) = rest.split_once(']').ok_or("an IPv6 address needs its closing `]`")?;
+            if inside.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("`{inside}` is not an IPv6 address"));
+            }
+            let port = match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':').ok_or(format!("unexpected `{after}` after the address"))?),
+            };
+            (None, port)
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (Some(host), Some(port)),
+            None => (Some(authority), None),
+        },
+    };
+    if let Some(host) = host
+        && (host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)))
+    {
+        return Err(format!("`{host}` is not a host name or address (write IPv6 addresses in brackets)"));
+    }
+    if let Some(port) = port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!("`{port}` is not a port number (0 to 65535)"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_authority;
+
+    #[test]
+    fn upstream_authorities_the_http_client_accepts() {
+        for ok in ["127.0.0.1:9000", "api.internal:80", "localhost", "[::1]:8080", "[2001:db8::1]", "my_host-1.lan:1"] {
+            assert_eq!(check_authority(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1:notaport",
+            "exa mple:80",
+            "host:",
+            "host:70000",
+            ":80",
+            "::1:80",
+            "[::1",
+            "[::1]x",
+            "[nope]:80",
+            "user@host:80",
+        ] {
+            assert!(check_authority(bad).is_err(), "{bad}");
+        }
+    }
+}
