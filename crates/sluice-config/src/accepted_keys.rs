@@ -50,6 +50,15 @@ pub(crate) fn trace() -> Traced {
 /// not keys of the file.
 const SPANNED: &str = "$__serde_spanned_private_Spanned";
 
+/// `Deserializer` methods that answer with one placeholder value of their type.
+macro_rules! placeholders {
+    ($($method:ident => $visit:ident($value:expr);)*) => {
+        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            visitor.$visit($value)
+        })*
+    };
+}
+
 /// A deserializer at one key of the file (`path`): structs record their fields under it.
 struct Tracer<'t> {
     path: String,
@@ -70,68 +79,24 @@ impl<'de> Deserializer<'de> for Tracer<'_> {
         visitor.visit_str("")
     }
 
-    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_bool(false)
-    }
-
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_u64(0)
-    }
-
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_u64(0)
-    }
-
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_u64(0)
-    }
-
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_u64(0)
-    }
-
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_i64(0)
-    }
-
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_i64(0)
-    }
-
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_i64(0)
-    }
-
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_i64(0)
-    }
-
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_f64(0.0)
-    }
-
-    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_f64(0.0)
-    }
-
-    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_char(' ')
-    }
-
-    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_str("")
-    }
-
-    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_str("")
-    }
-
-    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_bytes(&[])
-    }
-
-    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_bytes(&[])
+    placeholders! {
+        deserialize_bool => visit_bool(false);
+        deserialize_u8 => visit_u64(0);
+        deserialize_u16 => visit_u64(0);
+        deserialize_u32 => visit_u64(0);
+        deserialize_u64 => visit_u64(0);
+        deserialize_i8 => visit_i64(0);
+        deserialize_i16 => visit_i64(0);
+        deserialize_i32 => visit_i64(0);
+        deserialize_i64 => visit_i64(0);
+        deserialize_f32 => visit_f64(0.0);
+        deserialize_f64 => visit_f64(0.0);
+        deserialize_char => visit_char(' ');
+        deserialize_str => visit_str("");
+        deserialize_string => visit_str("");
+        deserialize_bytes => visit_bytes(&[]);
+        deserialize_byte_buf => visit_bytes(&[]);
+        deserialize_identifier => visit_str("");
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -191,10 +156,6 @@ impl<'de> Deserializer<'de> for Tracer<'_> {
         _: V,
     ) -> Result<V::Value, Error> {
         Err(de::Error::custom(format!("{}: enum {name} is not traced; add it to accepted_keys.rs", self.path)))
-    }
-
-    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_str("")
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {

@@ -332,12 +332,19 @@ async fn run(recipe: Recipe, command: impl Fn(&TempDir) -> Command) {
     assert_eq!(app.hits.load(Ordering::SeqCst), before, "failing closed, nothing reaches the app");
     let row =
         doc.lines().find(|l| l.starts_with(recipe.doc_row)).unwrap_or_else(|| panic!("no {} row", recipe.doc_row));
-    assert!(row.contains(&format!("| {} ", recipe.unreachable)), "docs/src/proxies/forward-auth.md says otherwise: {row}");
+    assert!(
+        row.contains(&format!("| {} ", recipe.unreachable)),
+        "docs/src/proxies/forward-auth.md says otherwise: {row}"
+    );
     drop(proxy);
 
     // Told to fail open, as the page shows: the request reaches the app, unlimited.
     let Some(open) = &recipe.fail_open else { return };
-    assert!(doc_shows(&doc, open.snippet), "docs/src/proxies/forward-auth.md does not show the snippet:\n{}", open.snippet);
+    assert!(
+        doc_shows(&doc, open.snippet),
+        "docs/src/proxies/forward-auth.md does not show the snippet:\n{}",
+        open.snippet
+    );
     let port = free_port();
     write_files(&dir, &recipe, sluice_port, app.port, port, Some(open));
     let mut proxy = Proxy::start(recipe.name, command(&dir), recipe.install, &dir);
