@@ -23,6 +23,7 @@
 //! assert_eq!(err.to_string(), "sluice.toml:4: policy[0].capacity: capacity must be at least 1");
 //! ```
 
+mod accepted_keys;
 mod duration;
 mod error;
 mod field_path;
@@ -34,6 +35,7 @@ mod raw;
 mod secret;
 mod validate;
 
+pub use accepted_keys::accepted_keys;
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use model::*;

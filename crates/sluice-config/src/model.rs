@@ -259,7 +259,8 @@ impl ForwardedHeader {
     }
 }
 
-/// A rate-limit header style (DESIGN §2).
+/// A rate-limit header style (`server.headers`): which fields tell a client its quota. Several
+/// may be sent at once, since clients read different drafts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HeaderStyle {
     /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, `RateLimit-Policy`.

@@ -248,7 +248,7 @@ async fn fail_open_a_killed_primary_admits_without_a_decision_until_the_failover
     let (samples, fault, dead) = kill_the_hot_primary(OnError::FailOpen).await;
     let c = cost(&samples, fault, &*dead);
     print_cost("fail-open, primary killed", &c, samples.len());
-    // README: fail-open admits (counted): no error reaches the caller, and what Redis decided
+    // docs/src/storage.md: fail-open admits (counted): no error reaches the caller, and what Redis decided
     // still fits the limit.
     assert!(samples.iter().all(|s| s.outcome.is_ok()), "fail-open surfaced an error");
     let open: Vec<&Sample> = samples.iter().filter(|s| matches!(s.outcome, Ok((_, Source::FailOpen)))).collect();
@@ -263,7 +263,7 @@ async fn local_a_killed_primary_is_replaced_by_each_instances_own_limit() {
     let (samples, fault, dead) = kill_the_hot_primary(OnError::Local).await;
     let c = cost(&samples, fault, &*dead);
     print_cost("local, primary killed", &c, samples.len());
-    // README: local decides with an in-memory limiter per instance: each of the three stores
+    // docs/src/storage.md: local decides with an in-memory limiter per instance: each of the three stores
     // holds the limit on its own, so together they admit at most three times it.
     assert!(samples.iter().all(|s| s.outcome.is_ok()), "local surfaced an error");
     let local: Vec<Sample> = samples.iter().filter(|s| matches!(s.outcome, Ok((_, Source::Local)))).cloned().collect();

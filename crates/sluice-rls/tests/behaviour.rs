@@ -136,7 +136,8 @@ async fn headers(b: Backend) {
     assert_eq!(header(&r, "cache-control").as_deref(), Some("no-store"));
 }
 
-/// A token bucket as README shows it (burst 10, 60 a minute), a leaky bucket and a window.
+/// A token bucket as the book shows it in docs/src/proxies/envoy.md (burst 10, 60 a minute), a
+/// leaky bucket and a window.
 const EDGE: &str = "domain: edge
 descriptors:
   - key: bucket

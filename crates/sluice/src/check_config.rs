@@ -33,7 +33,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// The warning for a configuration that lets requests no route matches through unlimited.
 pub const UNROUTED_UNLIMITED: &str = "requests that no route matches are let through unlimited \
      (proxied to the upstream, or `unlimited` to forward-auth): a new or misspelt path escapes every limit. \
-     Add a last route `path = \"/*\"` with a per-client limit (README: \"Requests no route names\").";
+     Add a last route `path = \"/*\"` with a per-client limit (docs/src/getting-started.md: \"Requests no route names\").";
 
 fn policy_text(p: &Policy) -> String {
     match p {

@@ -85,10 +85,10 @@ fn the_unit_keeps_the_sandbox_it_promises() {
     assert_eq!(one("KillSignal"), "SIGTERM");
     assert!(!s.contains_key("User"), "DynamicUser makes its own user");
     // ProtectSystem=strict leaves the file system read-only but for the state directory, where
-    // README puts the memory store's snapshot.
+    // the book puts the memory store's snapshot (docs/src/storage.md).
     assert_eq!(one("StateDirectory"), "sluice");
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let snapshot = readme.lines().find_map(|l| l.trim().strip_prefix("snapshot = \"")).expect("README's snapshot");
+    let storage = std::fs::read_to_string(root().join("docs/src/storage.md")).unwrap();
+    let snapshot = storage.lines().find_map(|l| l.trim().strip_prefix("snapshot = \"")).expect("the book's snapshot");
     assert!(snapshot.starts_with("/var/lib/sluice/"), "{snapshot} is not in the unit's StateDirectory");
     assert!(!s.contains_key("PrivateUsers"), "a user namespace would void CAP_NET_BIND_SERVICE");
 }

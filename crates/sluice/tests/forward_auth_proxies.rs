@@ -9,7 +9,7 @@
 //! 127.0.0.2 and 127.0.0.3 are independent; and a spent client naming another original or
 //! another address in its own headers is not let through.
 //!
-//! Then sluice stops, and each proxy answers as `docs/proxies.md` says it does when it cannot
+//! Then sluice stops, and each proxy answers as `docs/src/proxies/forward-auth.md` says it does when it cannot
 //! reach sluice; where the proxy has a way to let requests through instead, the snippet the
 //! page shows is added to the example and the proxy, started again, lets them through.
 
@@ -252,7 +252,7 @@ async fn limits_through(port: u16, app: &App, remaining: Remaining) {
     assert_eq!(send(port, "127.0.0.2", "/health", &[]).await.status, 200);
 }
 
-/// A way to fail open that `docs/proxies.md` shows: `snippet` goes into the example file `file`
+/// A way to fail open that `docs/src/proxies/forward-auth.md` shows: `snippet` goes into the example file `file`
 /// right after its text `after`.
 struct FailOpen {
     file: &'static str,
@@ -261,7 +261,7 @@ struct FailOpen {
 }
 
 /// The documentation of the recipes.
-const PROXIES_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/proxies.md");
+const PROXIES_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/proxies/forward-auth.md");
 
 /// True when the page shows `snippet`: its lines, in order, indentation aside.
 fn doc_shows(doc: &str, snippet: &str) -> bool {
@@ -332,12 +332,19 @@ async fn run(recipe: Recipe, command: impl Fn(&TempDir) -> Command) {
     assert_eq!(app.hits.load(Ordering::SeqCst), before, "failing closed, nothing reaches the app");
     let row =
         doc.lines().find(|l| l.starts_with(recipe.doc_row)).unwrap_or_else(|| panic!("no {} row", recipe.doc_row));
-    assert!(row.contains(&format!("| {} ", recipe.unreachable)), "docs/proxies.md says otherwise: {row}");
+    assert!(
+        row.contains(&format!("| {} ", recipe.unreachable)),
+        "docs/src/proxies/forward-auth.md says otherwise: {row}"
+    );
     drop(proxy);
 
     // Told to fail open, as the page shows: the request reaches the app, unlimited.
     let Some(open) = &recipe.fail_open else { return };
-    assert!(doc_shows(&doc, open.snippet), "docs/proxies.md does not show the snippet:\n{}", open.snippet);
+    assert!(
+        doc_shows(&doc, open.snippet),
+        "docs/src/proxies/forward-auth.md does not show the snippet:\n{}",
+        open.snippet
+    );
     let port = free_port();
     write_files(&dir, &recipe, sluice_port, app.port, port, Some(open));
     let mut proxy = Proxy::start(recipe.name, command(&dir), recipe.install, &dir);

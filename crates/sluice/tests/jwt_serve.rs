@@ -47,8 +47,8 @@ fn get(port: u16, path: &str, token: Option<&str>) -> Reply {
     Reply { status, headers, body: body.to_owned() }
 }
 
-/// The example of the README, listening on a free port, its secret in a file and a JWK set
-/// beside it.
+/// The example of the book (docs/src/getting-started/tokens-and-plans.md), listening on a free
+/// port, its secret in a file and a JWK set beside it.
 fn config() -> String {
     let example = include_str!("../../../examples/plans.toml");
     let secret_line = example.lines().find(|l| l.starts_with("hs256_secret = ")).expect("the example's secret");
