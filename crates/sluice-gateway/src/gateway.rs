@@ -31,7 +31,7 @@ use crate::serve::{Dropped, Handler};
 use crate::stores::StoreBuilder;
 
 /// One loaded configuration and everything derived from it.
-pub struct Loaded {
+pub struct InForce {
     /// The configuration.
     pub config: Config,
     /// The decision pipeline over this configuration's policies and store.
@@ -50,7 +50,7 @@ pub struct Loaded {
     pub observed: Observed,
 }
 
-impl Loaded {
+impl InForce {
     /// Derives the gateway's working state from `config` and a store for it, counting and
     /// logging through `observer`.
     pub fn new(
@@ -100,7 +100,7 @@ impl Loaded {
 /// atomically while requests are in flight.
 pub struct Gateway {
     /// The configuration in force; requests take a snapshot of it when they start.
-    current: ArcSwap<Loaded>,
+    current: ArcSwap<InForce>,
     /// Builds the store of each configuration (keeping unchanged policies' state on reload).
     stores: Box<dyn StoreBuilder>,
     /// The key hash, fixed for the process: a reload must not move every client to a new key.
@@ -130,7 +130,7 @@ impl Gateway {
             None => KeyHasher::random(),
         };
         let store = stores.build(&config, None)?;
-        let loaded = Loaded::new(config, store, hasher.clone(), &observer)?;
+        let loaded = InForce::new(config, store, hasher.clone(), &observer)?;
         let in_flight = Arc::new(ClientSlots::new());
         Ok(Self { current: ArcSwap::from_pointee(loaded), stores, hasher, in_flight, observer })
     }
@@ -166,13 +166,13 @@ impl Gateway {
             return Err(GatewayError::NeedsRestart("server.listen"));
         }
         let store = self.stores.build(&config, Some(running.store()))?;
-        let loaded = Loaded::new(config, store, self.hasher.clone(), &self.observer)?;
+        let loaded = InForce::new(config, store, self.hasher.clone(), &self.observer)?;
         self.current.store(Arc::new(loaded));
         Ok(())
     }
 
     /// The configuration in force.
-    pub fn config(&self) -> Arc<Loaded> {
+    pub fn config(&self) -> Arc<InForce> {
         self.current.load_full()
     }
 
@@ -188,7 +188,7 @@ impl Gateway {
 
     async fn route(
         &self,
-        loaded: &Loaded,
+        loaded: &InForce,
         peer: SocketAddr,
         client: Client,
         req: Request<Incoming>,
@@ -222,7 +222,7 @@ impl Gateway {
 /// limit keys on it.
 struct Proxied<'l> {
     /// The configuration in force when the request started.
-    loaded: &'l Loaded,
+    loaded: &'l InForce,
     /// Who sent it (the upstream is told).
     client: &'l Client,
     /// The request body, watched for stalls; replayable once a prefix was read. `None` only

@@ -26,12 +26,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::header::{ALLOW, CONTENT_LENGTH, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{ALLOW, CONTENT_LENGTH, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
@@ -39,12 +39,14 @@ use sluice_core::{Decision, ParamError, TokenBucket};
 use sluice_store::{Check, KeyHash, KeyHasher, MemoryStore, Store, StoreError};
 
 use sluice_http::enforce::{Outcome, PolicyInfo};
-use sluice_http::headers::{number, retry_after_secs, write_denial_headers};
+use sluice_http::headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, number, retry_after_secs, write_denial_headers};
 use sluice_http::identity::ClientIdentity;
+use sluice_http::keys::KeyBuilder;
 use sluice_http::pipeline::Timing;
 use sluice_http::response::{Answer, JsonTemplate};
 
 use crate::admin::{Inspect, Status};
+use crate::client_slots::ClientSlots;
 use crate::observe::{FaceObserver, FaceRoute, Observer, Scrape, policy_json};
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
@@ -166,8 +168,9 @@ impl SeedConfig {
 pub struct SeedService {
     /// The bucket per client address (policy 0); the memory store's single-check path.
     store: Arc<MemoryStore>,
-    /// Hashes client addresses before they reach the store (a random secret per process).
-    hasher: KeyHasher,
+    /// Hashes client addresses before they reach the store (a random secret per process), as
+    /// the gateway keys `key = "ip"`.
+    keys: KeyBuilder,
     /// Trusts nobody: the tutorial keys on the socket peer, IPv6 grouped by /56.
     identity: ClientIdentity,
     /// The bucket's capacity, for `RateLimit-Limit`.
@@ -179,7 +182,7 @@ pub struct SeedService {
     /// [`SEED_ROUTE`]'s counters, resolved once: a request takes no lock to be counted.
     hello: FaceRoute,
     /// Requests being handled now (`sluice_in_flight`).
-    in_flight: AtomicUsize,
+    in_flight: Arc<ClientSlots>,
     /// The headers of a denial, built once ([`denial_headers`]).
     denial_headers: HeaderMap,
     /// Tells this service's keys from another's in a thread's last key ([`SeedService::key_of`]).
@@ -207,9 +210,6 @@ struct Health {
     status: &'static str,
 }
 
-static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
-static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-
 impl SeedService {
     /// The service over `store` (whose policy 0 is the seed bucket of `capacity`). The seed
     /// service is one process with one limit: it decides on the memory store's single-check path.
@@ -234,13 +234,13 @@ impl SeedService {
         let hello = observed.route(SEED_ROUTE);
         Self {
             store,
-            hasher: KeyHasher::random(),
+            keys: KeyBuilder::new(KeyHasher::random(), None),
             identity: ClientIdentity::new(Vec::new(), sluice_config::DEFAULT_IPV6_PREFIX),
             capacity,
             policies,
             observed,
             hello,
-            in_flight: AtomicUsize::new(0),
+            in_flight: Arc::new(ClientSlots::new()),
             denial_headers: denial_headers(capacity),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -257,10 +257,7 @@ impl SeedService {
     fn hello(&self, peer: SocketAddr, method: &Method) -> Response<Body> {
         let started = Instant::now();
         let ip = self.identity.client_ip(peer.ip(), &http::HeaderMap::new());
-        let grouped = match self.identity.group(ip) {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
-        };
+        let grouped = self.identity.group(ip);
         let check = Check { policy: 0, key: self.key_of(grouped), cost: 1 };
         let asked = Instant::now();
         let decided = self.store.decide_one_now(&check);
@@ -275,14 +272,15 @@ impl SeedService {
 
     /// The keyed hash of a client address. The requests of one connection come from one
     /// address: each worker thread keeps the last one it hashed, for this service.
-    fn key_of(&self, grouped: [u8; 16]) -> KeyHash {
+    fn key_of(&self, grouped: IpAddr) -> KeyHash {
         thread_local! {
-            static LAST: Cell<Option<(u64, [u8; 16], KeyHash)>> = const { Cell::new(None) };
+            static LAST: Cell<Option<(u64, IpAddr, KeyHash)>> = const { Cell::new(None) };
         }
         LAST.with(|last| match last.get() {
             Some((id, ip, key)) if id == self.id && ip == grouped => key,
             _ => {
-                let key = self.hasher.hash(&[b"ip", &grouped]);
+                let policy = self.policies.first().map_or("", |p| p.name.as_str());
+                let key = self.keys.ip_key(policy, grouped);
                 last.set(Some((self.id, grouped, key)));
                 key
             }
@@ -379,19 +377,10 @@ fn one_outcome(d: Decision) -> Outcome {
     }
 }
 
-/// Guard that counts a request in flight.
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl Handler for SeedService {
     async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _guard = InFlight(&self.in_flight);
+        // Counted until the answer is made (the seed answers from memory, never streams).
+        let _slot = self.in_flight.enter();
         let path = req.uri().path();
         if path == SEED_ROUTE {
             return Ok(self.hello(peer, req.method()));
@@ -406,7 +395,7 @@ impl Handler for SeedService {
 
 impl Inspect for SeedService {
     fn metrics_text(&self) -> String {
-        let scrape = Scrape::of(self.store.as_ref(), self.in_flight.load(Ordering::Relaxed));
+        let scrape = Scrape::of(self.store.as_ref(), self.in_flight.total());
         self.observer().metrics().render(scrape)
     }
 
@@ -432,7 +421,7 @@ impl Inspect for SeedService {
     }
 
     fn status(&self) -> Status {
-        let scrape = Scrape::of(self.store.as_ref(), self.in_flight.load(Ordering::Relaxed));
+        let scrape = Scrape::of(self.store.as_ref(), self.in_flight.total());
         Status::new("seed", &scrape, self.observer(), self.observed.counts(), &self.config_json())
     }
 }

@@ -110,7 +110,7 @@ impl Drain {
     }
 
     /// Counts a new connection in.
-    fn enter(self: &Arc<Self>) -> Ticket {
+    fn enter(self: &Arc<Self>) -> DrainPlace {
         let mut conns = self.conns();
         conns.live += 1;
         let slot = match conns.free.pop() {
@@ -120,7 +120,7 @@ impl Drain {
                 conns.wakers.len() - 1
             }
         };
-        Ticket { drain: self.clone(), slot }
+        DrainPlace { drain: self.clone(), slot }
     }
 }
 
@@ -143,12 +143,12 @@ async fn drain_all(drain: &Drain) {
 
 /// A connection's place in its [`Drain`], given back when the connection ends.
 #[derive(Debug)]
-struct Ticket {
+struct DrainPlace {
     drain: Arc<Drain>,
     slot: usize,
 }
 
-impl Drop for Ticket {
+impl Drop for DrainPlace {
     fn drop(&mut self) {
         let mut conns = self.drain.conns();
         conns.wakers[self.slot] = None;
@@ -163,7 +163,7 @@ impl Drop for Ticket {
 /// A connection that finishes gracefully once its [`Drain`] says so.
 struct Watched<C> {
     conn: Pin<Box<C>>,
-    ticket: Ticket,
+    ticket: DrainPlace,
     /// Told already.
     closing: bool,
     /// Its waker is in the drain's list.

@@ -11,7 +11,7 @@ use sluice_store::{KeyHash, KeyHasher};
 use crate::account::account_key;
 use crate::body_key::KeyedBody;
 use crate::identity::Client;
-use crate::jwt::{JwtVerifier, TokenMemo, Verdict};
+use crate::jwt::{JwtVerifier, TokenMemo, TokenStatus};
 
 /// Why a request's key cannot be built: it would let the client choose its bucket. Answered
 /// with 400 (an invalid token with 401).
@@ -190,6 +190,16 @@ impl KeyBuilder {
         Ok((self.hasher.hash(&parts), kind))
     }
 
+    /// The key of a limit of `policy` keyed by `ip` alone, for a client grouped as `grouped`:
+    /// what [`KeyBuilder::key`] gives for `key = "ip"`, for a face that keys nothing else (the
+    /// default service) and need not build the request's facts.
+    pub fn ip_key(&self, policy: &str, grouped: IpAddr) -> KeyHash {
+        match grouped {
+            IpAddr::V4(a) => self.hasher.hash(&[policy.as_bytes(), KeySource::Ip.kind().as_bytes(), &a.octets()]),
+            IpAddr::V6(a) => self.hasher.hash(&[policy.as_bytes(), KeySource::Ip.kind().as_bytes(), &a.octets()]),
+        }
+    }
+
     /// The first source of `chain` that the request has, with its kind; `ip` is the client's
     /// address as key material.
     fn first_of<'a>(
@@ -307,11 +317,11 @@ impl KeyBuilder {
                     return Err(KeyRefusal::OtherSpelling(verifier.token_header().unwrap_or_default().to_owned()));
                 }
                 Some(verifier) => match memo.verdict(verifier, f.headers) {
-                    Verdict::Repeated => {
+                    TokenStatus::Repeated => {
                         let name = verifier.token_header().unwrap_or("authorization");
                         return Err(KeyRefusal::RepeatedHeader(name.to_owned()));
                     }
-                    Verdict::Invalid if verifier.rejects_invalid() => return Err(KeyRefusal::InvalidToken),
+                    TokenStatus::Invalid if verifier.rejects_invalid() => return Err(KeyRefusal::InvalidToken),
                     verdict => verifier.claim(verdict, pointer).map(|c| Cow::Owned(c.to_vec())),
                 },
             },
@@ -406,6 +416,18 @@ mod tests {
 
     fn key(s: &KeySpec, f: &RequestFacts<'_>) -> (KeyHash, KeyKind) {
         keys().key("p", s, f).expect("a key")
+    }
+
+    #[test]
+    fn an_ip_key_is_the_key_of_key_ip() {
+        let h = HeaderMap::new();
+        for ip in ["192.0.2.1", "2001:db8::1", "::ffff:192.0.2.1"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let c = Client { ip, grouped: ip, peer_trusted: false };
+            let (built, kind) = key(&spec(&[&[KeySource::Ip]]), &facts(&h, None, &c));
+            assert_eq!((keys().ip_key("p", ip), "ip"), (built, kind), "{ip}");
+            assert_ne!(keys().ip_key("q", ip), built, "each policy its own key");
+        }
     }
 
     #[test]

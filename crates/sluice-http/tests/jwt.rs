@@ -12,7 +12,7 @@ use serde_json::json;
 use sluice_config::{Config, KeySource, KeySpec, parse};
 use sluice_core::{ManualClock, NANOS_PER_SEC};
 use sluice_http::identity::Client;
-use sluice_http::jwt::{JwtVerifier, Verdict};
+use sluice_http::jwt::{JwtVerifier, TokenStatus};
 use sluice_http::keys::{KeyBuilder, KeyKind, KeyRefusal, RequestFacts};
 use sluice_http::pipeline::Refusal;
 use sluice_store::{KeyHash, KeyHasher};
@@ -146,7 +146,7 @@ fn tokens_that_do_not_verify_fall_back_to_the_address_never_to_the_victim() {
         let got = s.key(Some(token), ADDRESS);
         assert_eq!(got, by_address, "{what}: falls back to the address");
         assert_ne!(got.0, victim.0, "{what}");
-        assert!(matches!(s.verifier.verdict(&bearer(token)), Verdict::Invalid), "{what}");
+        assert!(matches!(s.verifier.verdict(&bearer(token)), TokenStatus::Invalid), "{what}");
     }
     // Within the leeway, a token just expired or not quite valid still counts.
     assert_eq!(s.key(Some(&rs256().sign(&claim(json!({ "exp": NOW - 29 })))), ADDRESS), victim);
@@ -293,8 +293,8 @@ proptest! {
     #[test]
     fn token_shaped_input_never_verifies(token in shaped_token(), header in ".{0,80}", payload in ".{0,200}") {
         let s = setup(&config(&format!("hs256_secret = {HS_SECRET:?}"), Some(&jwks(&[&ed25519("e")]))));
-        prop_assert!(!matches!(s.verifier.verdict_of(&token), Verdict::Valid(_)));
+        prop_assert!(!matches!(s.verifier.verdict_of(&token), TokenStatus::Valid(_)));
         let crafted = format!("{}.{}.{}", b64url(header.as_bytes()), b64url(payload.as_bytes()), b64url(b"sig"));
-        prop_assert!(!matches!(s.verifier.verdict_of(&crafted), Verdict::Valid(_)));
+        prop_assert!(!matches!(s.verifier.verdict_of(&crafted), TokenStatus::Valid(_)));
     }
 }

@@ -48,15 +48,15 @@ use http::HeaderMap;
 pub use cache::TokenCache;
 pub use claims::claim_key;
 pub use token::{Found, MAX_TOKEN_BYTES, find_token};
-pub use verifier::{JwtVerifier, Verdict, Verified};
+pub use verifier::{JwtVerifier, TokenStatus, Verified};
 
 /// A request's token verdict, worked out at most once however many limits read it.
 #[derive(Debug, Default)]
-pub struct TokenMemo(OnceCell<Verdict>);
+pub struct TokenMemo(OnceCell<TokenStatus>);
 
 impl TokenMemo {
     /// The verdict of `verifier` on the token in `headers`, reused after the first call.
-    pub fn verdict(&self, verifier: &JwtVerifier, headers: &HeaderMap) -> &Verdict {
+    pub fn verdict(&self, verifier: &JwtVerifier, headers: &HeaderMap) -> &TokenStatus {
         self.0.get_or_init(|| verifier.verdict(headers))
     }
 }

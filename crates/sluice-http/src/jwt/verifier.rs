@@ -16,7 +16,7 @@ use super::token::{Found, find_token};
 
 /// What a request's token amounts to.
 #[derive(Debug, Clone)]
-pub enum Verdict {
+pub enum TokenStatus {
     /// The request carries no token.
     Absent,
     /// The token header came in several lines (see [`Found::Repeated`]).
@@ -69,15 +69,15 @@ struct Key {
 /// use std::sync::Arc;
 /// use sluice_config::parse;
 /// use sluice_core::ManualClock;
-/// use sluice_http::jwt::{JwtVerifier, Verdict};
+/// use sluice_http::jwt::{JwtVerifier, TokenStatus};
 /// use sluice_store::KeyHasher;
 /// let cfg = parse("s.toml", "[identity.jwt]\nhs256_secret = \"a secret of sixteen or more\"\n").unwrap();
 /// let clock = Arc::new(ManualClock::new(1_700_000_000_000_000_000));
 /// let v = JwtVerifier::new(cfg.identity.jwt.as_ref().unwrap(), KeyHasher::random(), clock, vec!["/sub".into()]);
 /// let mut h = http::HeaderMap::new();
-/// assert!(matches!(v.verdict(&h), Verdict::Absent));
+/// assert!(matches!(v.verdict(&h), TokenStatus::Absent));
 /// h.insert("authorization", "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ2aWN0aW0ifQ.".parse().unwrap());
-/// assert!(matches!(v.verdict(&h), Verdict::Invalid), "alg: none is no signature");
+/// assert!(matches!(v.verdict(&h), TokenStatus::Invalid), "alg: none is no signature");
 /// ```
 pub struct JwtVerifier {
     /// The keys tokens may be signed with.
@@ -172,43 +172,43 @@ impl JwtVerifier {
     }
 
     /// The token of a request with `headers`, verified (or remembered).
-    pub fn verdict(&self, headers: &HeaderMap) -> Verdict {
+    pub fn verdict(&self, headers: &HeaderMap) -> TokenStatus {
         let token = match find_token(headers, &self.token) {
-            Found::Absent => return Verdict::Absent,
-            Found::Repeated => return Verdict::Repeated,
-            Found::Malformed => return Verdict::Invalid,
+            Found::Absent => return TokenStatus::Absent,
+            Found::Repeated => return TokenStatus::Repeated,
+            Found::Malformed => return TokenStatus::Invalid,
             Found::Token(t) => t,
         };
         self.verdict_of(token)
     }
 
     /// The verdict on one compact token.
-    pub fn verdict_of(&self, token: &str) -> Verdict {
+    pub fn verdict_of(&self, token: &str) -> TokenStatus {
         let now = self.clock.now() / NANOS_PER_SEC;
         let id = self.hasher.hash(&[b"jwt", token.as_bytes()]);
         if let Some(v) = self.valid.get(&id) {
-            return if v.valid_at(now) { Verdict::Valid(v) } else { Verdict::Invalid };
+            return if v.valid_at(now) { TokenStatus::Valid(v) } else { TokenStatus::Invalid };
         }
         if self.invalid.get(&id).is_some() {
-            return Verdict::Invalid;
+            return TokenStatus::Invalid;
         }
         self.verify(id, token, now)
     }
 
     /// Verifies `token` (hashed `id`) at Unix second `now` and caches the verdict.
-    fn verify(&self, id: KeyHash, token: &str, now: u64) -> Verdict {
+    fn verify(&self, id: KeyHash, token: &str, now: u64) -> TokenStatus {
         let Some(verified) = self.check(token) else {
             self.invalid.insert(id, ());
-            return Verdict::Invalid;
+            return TokenStatus::Invalid;
         };
         if now >= verified.until {
             self.invalid.insert(id, ());
-            return Verdict::Invalid;
+            return TokenStatus::Invalid;
         }
         let verified = Arc::new(verified);
         // A token not valid yet is remembered too: it becomes valid without a second verification.
         self.valid.insert(id, verified.clone());
-        if verified.valid_at(now) { Verdict::Valid(verified) } else { Verdict::Invalid }
+        if verified.valid_at(now) { TokenStatus::Valid(verified) } else { TokenStatus::Invalid }
     }
 
     /// The token's signature, issuer and audience checked, its times read; `None` when it does
@@ -267,8 +267,8 @@ impl JwtVerifier {
     }
 
     /// The key bytes of the claim at `pointer` in a valid verdict.
-    pub fn claim<'v>(&self, verdict: &'v Verdict, pointer: &str) -> Option<&'v [u8]> {
-        let Verdict::Valid(v) = verdict else { return None };
+    pub fn claim<'v>(&self, verdict: &'v TokenStatus, pointer: &str) -> Option<&'v [u8]> {
+        let TokenStatus::Valid(v) = verdict else { return None };
         let i = self.pointers.iter().position(|p| p == pointer)?;
         v.claims.get(i)?.as_deref()
     }
