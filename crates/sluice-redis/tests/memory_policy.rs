@@ -1,6 +1,7 @@
 //! Reading Redis's `maxmemory-policy`, for the start-up warning: only `noeviction` never drops a
 //! key that is still limited.
 
+#[cfg(feature = "external-programs")]
 mod support;
 
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use sluice_core::{Policy, TokenBucket};
 use sluice_redis::{RedisOptions, RedisStore};
 use sluice_store::NamedPolicy;
+#[cfg(feature = "external-programs")]
 use support::RedisServer;
 
 fn store(url: String) -> RedisStore {
@@ -17,6 +19,7 @@ fn store(url: String) -> RedisStore {
     RedisStore::new(policies, options).unwrap()
 }
 
+#[cfg(feature = "external-programs")]
 #[tokio::test]
 async fn only_noeviction_goes_without_a_warning() {
     let server = RedisServer::start();

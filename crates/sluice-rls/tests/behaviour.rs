@@ -309,6 +309,7 @@ async fn a_reload_keeps_the_state_of_unchanged_limits_and_refuses_bad_files() {
     assert!(h.rls.metrics_text().contains("sluice_rls_config_loads_total{result=\"refused\"} 1"));
 }
 
+#[cfg(feature = "external-programs")]
 #[tokio::test]
 async fn redis_down_is_an_error_envoy_can_act_on() {
     let mut h = api(Backend::Redis).await;

@@ -120,11 +120,13 @@ async fn envoyproxy_sequence_on_memory_charging_independently() {
     sequence(Backend::Memory, true).await;
 }
 
+#[cfg(feature = "external-programs")]
 #[tokio::test]
 async fn envoyproxy_sequence_on_redis() {
     sequence(Backend::Redis, false).await;
 }
 
+#[cfg(feature = "external-programs")]
 #[tokio::test]
 async fn envoyproxy_sequence_on_redis_charging_independently() {
     sequence(Backend::Redis, true).await;

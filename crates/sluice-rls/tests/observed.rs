@@ -146,6 +146,7 @@ async fn a_descriptor_over_without_the_store_denies_the_request_it_is_counted_in
     assert_eq!(must(&m, &requests("rls:edge", "allowed")), 0.0);
 }
 
+#[cfg(feature = "external-programs")]
 #[tokio::test]
 async fn redis_store_errors_are_counted_on_the_domains_route() {
     let mut h = Harness::start(Backend::Redis, &[("edge.yaml", EDGE)], "", "").await;

@@ -6,15 +6,20 @@
 //! deny cache, store errors and failure-mode answers), and its `/metrics` scraped.
 
 mod ops_support;
+#[cfg(feature = "external-programs")]
 #[path = "../../sluice-redis/tests/support/mod.rs"]
 mod redis_support;
 mod support;
 
 use std::collections::BTreeSet;
 
-use ops_support::{Running, Scraped, get, redis_gateway, require, root, run};
+use ops_support::root;
+#[cfg(feature = "external-programs")]
+use ops_support::{Running, Scraped, get, redis_gateway, require, run};
+#[cfg(feature = "external-programs")]
 use redis_support::RedisServer;
 use serde_json::Value;
+#[cfg(feature = "external-programs")]
 use support::TempDir;
 
 fn dashboard() -> Value {
@@ -128,6 +133,7 @@ fn the_dashboard_is_a_grafana_dashboard() {
     }
 }
 
+#[cfg(feature = "external-programs")]
 #[test]
 fn the_dashboards_promql_parses() {
     require("promtool", "--version", "apt-get install prometheus (Debian's package provides promtool)");
@@ -146,6 +152,7 @@ fn the_dashboards_promql_parses() {
     assert!(ok, "promtool refused a dashboard query:\n{out}{err}\n{rules}");
 }
 
+#[cfg(feature = "external-programs")]
 #[test]
 fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
     let redis = RedisServer::start();

@@ -12,9 +12,12 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use ops_support::{Running, SLUICE, get, require, root, run};
+#[cfg(feature = "external-programs")]
+use ops_support::require;
+use ops_support::{Running, SLUICE, get, root, run};
 use support::TempDir;
 
+#[cfg(feature = "external-programs")]
 const INSTALL: &str = "apt-get install systemd (it provides systemd-analyze)";
 const INSTALLED_PATH: &str = "/usr/local/bin/sluice";
 
@@ -35,6 +38,7 @@ fn settings(text: &str) -> BTreeMap<String, Vec<String>> {
 
 /// The unit as it would be installed, pointing at the binary under test, with sluice's manual
 /// pages (`sluice man --dir`) where `man` finds them.
+#[cfg(feature = "external-programs")]
 fn installed(dir: &TempDir) -> (String, String) {
     let unit = dir.write("sluice.service", &unit_text().replace(INSTALLED_PATH, SLUICE));
     let man = dir.path("man");
@@ -43,6 +47,7 @@ fn installed(dir: &TempDir) -> (String, String) {
     (unit, man)
 }
 
+#[cfg(feature = "external-programs")]
 #[test]
 fn systemd_analyze_verifies_the_unit_and_rates_its_sandbox() {
     require("systemd-analyze", "--version", INSTALL);

@@ -5,7 +5,10 @@
 mod ops_support;
 mod support;
 
-use ops_support::{SLUICE, require, run};
+#[cfg(feature = "external-programs")]
+use ops_support::require;
+use ops_support::{SLUICE, run};
+#[cfg(feature = "external-programs")]
 use support::TempDir;
 
 const SUBCOMMANDS: [&str; 6] = ["serve", "check-config", "simulate", "replay", "completions", "man"];
@@ -31,6 +34,7 @@ fn completions_for_bash_zsh_and_fish_name_every_subcommand() {
     }
 }
 
+#[cfg(feature = "external-programs")]
 #[test]
 fn the_bash_completion_completes_in_bash() {
     require("bash", "--version", "apt-get install bash");
@@ -63,6 +67,7 @@ fn an_unknown_shell_is_refused_with_the_known_ones() {
     assert!(err.contains("bash") && err.contains("zsh") && err.contains("fish"), "{err}");
 }
 
+#[cfg(feature = "external-programs")]
 #[test]
 fn the_manual_page_lists_every_subcommand_and_renders() {
     let page = sluice(&["man"]);

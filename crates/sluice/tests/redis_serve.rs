@@ -1,6 +1,7 @@
 //! Several `sluice serve` processes sharing one real Redis: one exact limit across instances, and
 //! the failure modes as a client sees them. The tests start `redis-server` themselves.
 
+#[cfg(feature = "external-programs")]
 #[path = "../../sluice-redis/tests/support/mod.rs"]
 mod redis_support;
 mod support;
@@ -8,10 +9,13 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+#[cfg(feature = "external-programs")]
 use std::sync::Arc;
+#[cfg(feature = "external-programs")]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "external-programs")]
 use redis_support::RedisServer;
 use support::TempDir;
 
@@ -75,6 +79,7 @@ timeout_ms = 200
 }
 
 /// GETs a path; returns the status code and the raw response.
+#[cfg(feature = "external-programs")]
 fn get(port: u16, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -107,6 +112,7 @@ capacity = 100
 refill_per_second = 0.000001
 "#;
 
+#[cfg(feature = "external-programs")]
 #[test]
 fn three_instances_share_one_exact_limit() {
     let redis = RedisServer::start();
@@ -166,6 +172,7 @@ fn failure_modes_as_a_client_sees_them() {
     assert_eq!(statuses, [200, 200, 429, 429]);
 }
 
+#[cfg(feature = "external-programs")]
 #[test]
 fn readiness_and_breaker_follow_redis_under_fail_closed() {
     let mut redis = RedisServer::start();

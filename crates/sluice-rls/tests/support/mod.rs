@@ -218,13 +218,15 @@ pub fn fresh(tag: &str) -> String {
     format!("{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
 }
 
-/// Runs each named `async fn(Backend)` as two tests, `memory::NAME` and `redis::NAME`.
+/// Runs each named `async fn(Backend)` as two tests, `memory::NAME` and `redis::NAME` (the
+/// latter starts `redis-server`, so only with the `external-programs` feature).
 #[allow(unused_macros)]
 macro_rules! on_both_stores {
     ($($name:ident),*) => {
         mod memory {
             $( #[tokio::test] async fn $name() { super::$name(super::Backend::Memory).await; } )*
         }
+        #[cfg(feature = "external-programs")]
         mod redis {
             $( #[tokio::test] async fn $name() { super::$name(super::Backend::Redis).await; } )*
         }
