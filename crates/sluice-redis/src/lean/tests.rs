@@ -174,6 +174,7 @@ fn connect(script: Script, pipe: usize, read_buffer: usize) -> (Arc<LeanConn<Dup
     (Arc::new(LeanConn::new(ours, read_buffer)), written)
 }
 
+/// What each caller ended with, in the callers' order.
 async fn outcomes(callers: Vec<JoinHandle<Outcome>>) -> Vec<Outcome> {
     let mut out = Vec::new();
     for c in callers {
@@ -182,6 +183,7 @@ async fn outcomes(callers: Vec<JoinHandle<Outcome>>) -> Vec<Outcome> {
     out
 }
 
+/// A simple-string reply for each of `n` callers, naming it.
 fn plain_replies(n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|c| reply_for(c, format!("+reply {c}\r\n").as_bytes())).collect()
 }
@@ -289,11 +291,20 @@ async fn a_caller_whose_decode_panics_leaves_the_next_its_reply() {
     assert_eq!(next.await.unwrap().reply(), replies[1]);
 }
 
-/// A socket that fails: its reads after `reads_fail_after` bytes, its writes once `writes_fail`.
+/// A pipe that counts the writes made on it and fails: its reads after `reads_fail_after`
+/// bytes, its writes once `writes_fail` is set.
 struct Faulty {
     inner: DuplexStream,
     reads_fail_after: usize,
     writes_fail: Arc<AtomicBool>,
+    writes: Arc<AtomicUsize>,
+}
+
+impl Faulty {
+    /// `inner`, failing nothing.
+    fn over(inner: DuplexStream) -> Self {
+        Faulty { inner, reads_fail_after: usize::MAX, writes_fail: Arc::default(), writes: Arc::default() }
+    }
 }
 
 impl AsyncRead for Faulty {
@@ -311,6 +322,7 @@ impl AsyncRead for Faulty {
 
 impl AsyncWrite for Faulty {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
         if self.writes_fail.load(Ordering::Relaxed) {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "a scripted write error")));
         }
@@ -332,7 +344,7 @@ async fn a_read_error_fails_every_caller_waiting() {
     let (ours, theirs) = duplex(64);
     let script = Script { replies: replies.clone(), pauses: vec![1], ..Script::default() };
     tokio::spawn(scripted_redis(theirs, script, Written::default()));
-    let faulty = Faulty { inner: ours, reads_fail_after: replies[0].len(), writes_fail: Arc::default() };
+    let faulty = Faulty { reads_fail_after: replies[0].len(), ..Faulty::over(ours) };
     let conn = Arc::new(LeanConn::new(faulty, READ_BUFFER));
     let got = outcomes((0..3).map(|c| caller(&conn, c, 0, PATIENT)).collect()).await;
     assert_eq!(got[0].reply(), replies[0]);
@@ -345,7 +357,7 @@ async fn a_read_error_fails_every_caller_waiting() {
 #[tokio::test(start_paused = true)]
 async fn a_write_error_fails_the_request_at_once() {
     let (ours, _theirs) = duplex(64);
-    let faulty = Faulty { inner: ours, reads_fail_after: 0, writes_fail: Arc::new(AtomicBool::new(true)) };
+    let faulty = Faulty { writes_fail: Arc::new(AtomicBool::new(true)), ..Faulty::over(ours) };
     let conn = Arc::new(LeanConn::new(faulty, 16));
     let got = outcomes(vec![caller(&conn, 0, 0, PATIENT)]).await;
     assert_eq!(got[0].error().kind(), io::ErrorKind::BrokenPipe);
@@ -360,7 +372,7 @@ async fn a_write_error_fails_the_caller_reading_too() {
     let (ours, theirs) = duplex(64);
     tokio::spawn(scripted_redis(theirs, script, Written::default()));
     let writes_fail = Arc::new(AtomicBool::new(false));
-    let faulty = Faulty { inner: ours, reads_fail_after: usize::MAX, writes_fail: Arc::clone(&writes_fail) };
+    let faulty = Faulty { writes_fail: Arc::clone(&writes_fail), ..Faulty::over(ours) };
     let conn = Arc::new(LeanConn::new(faulty, READ_BUFFER));
     let reading = caller(&conn, 0, 0, PATIENT);
     sleep(Duration::from_millis(5)).await;
@@ -372,33 +384,6 @@ async fn a_write_error_fails_the_caller_reading_too() {
     }
 }
 
-/// A pipe that counts the writes made on it.
-struct Counted {
-    inner: DuplexStream,
-    writes: Arc<AtomicUsize>,
-}
-
-impl AsyncRead for Counted {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Counted {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn requests_made_while_one_is_in_flight_go_out_in_one_write() {
     let replies = plain_replies(6);
@@ -406,7 +391,8 @@ async fn requests_made_while_one_is_in_flight_go_out_in_one_write() {
     let script = Script { replies: replies.clone(), pauses: vec![5], ..Script::default() };
     tokio::spawn(scripted_redis(theirs, script, Written::default()));
     let writes = Arc::new(AtomicUsize::new(0));
-    let conn = Arc::new(LeanConn::new(Counted { inner: ours, writes: Arc::clone(&writes) }, READ_BUFFER));
+    let counted = Faulty { writes: Arc::clone(&writes), ..Faulty::over(ours) };
+    let conn = Arc::new(LeanConn::new(counted, READ_BUFFER));
     // One in flight, then five at once while it waits for its reply.
     let first = caller(&conn, 0, 0, PATIENT);
     let rest = (1..6).map(|c| caller(&conn, c, 1, PATIENT));
