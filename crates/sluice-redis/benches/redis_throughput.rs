@@ -6,6 +6,10 @@
 //! (default 3 s); `SLUICE_BENCH_CONCURRENCY` a comma-separated list (default 1,8,32);
 //! `SLUICE_BENCH_RUNTIME=per-core` runs sluice's tasks on a current-thread runtime per core, as
 //! the gateway does, instead of one multi-thread runtime of two workers.
+//! `SLUICE_BENCH_REDIS_RS=1` also runs a store on redis-rs's multiplexed connection (a driver
+//! task, replies read into redis-rs's value tree) in the same run, for comparison with the lean
+//! connection: the URL asks for RESP3, the one way a single TCP node takes that path; the
+//! decision script's replies are the same bytes in RESP2 and RESP3.
 //!
 //! Both sides decide one token-bucket check (capacity 100, 100 per second) on keys drawn from
 //! 100,000, so nearly every decision is an admission that writes its key. sluice runs N tasks
@@ -175,6 +179,16 @@ fn redis_benchmark(server: &RedisServer, concurrency: usize, requests: u64) -> F
     Figures { rps: cols[0], p50_ms: cols[3], p99_ms: cols[5] }
 }
 
+/// A fail-closed store of the bench's one policy on `url`, without a deny cache.
+fn store_at(url: &str) -> Arc<RedisStore> {
+    let policy = NamedPolicy { name: "tb".into(), policy: Policy::from(TokenBucket::new(100, 100.0).unwrap()) };
+    let mut options = RedisOptions::single(url);
+    options.on_error = OnError::FailClosed;
+    options.timeout = Duration::from_secs(5);
+    options.deny_cache_entries = 0;
+    Arc::new(RedisStore::new(vec![policy], options).expect("valid store"))
+}
+
 fn main() {
     let secs: u64 = std::env::var("SLUICE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let levels: Vec<usize> = std::env::var("SLUICE_BENCH_CONCURRENCY")
@@ -185,12 +199,10 @@ fn main() {
     let server = RedisServer::start();
     let runtimes = Runtimes::new(std::env::var("SLUICE_BENCH_RUNTIME").is_ok_and(|r| r == "per-core"));
 
-    let policy = NamedPolicy { name: "tb".into(), policy: Policy::from(TokenBucket::new(100, 100.0).unwrap()) };
-    let mut options = RedisOptions::single(server.url());
-    options.on_error = OnError::FailClosed;
-    options.timeout = Duration::from_secs(5);
-    options.deny_cache_entries = 0;
-    let store = Arc::new(RedisStore::new(vec![policy], options).expect("valid store"));
+    let store = store_at(&server.url());
+    let redis_rs = std::env::var("SLUICE_BENCH_REDIS_RS")
+        .is_ok_and(|v| v == "1")
+        .then(|| store_at(&format!("{}/?protocol=resp3", server.url())));
     assert_eq!(server.cli(&["SCRIPT", "LOAD", sluice_redis::SCRIPT_SOURCE]), script_sha());
 
     println!(
@@ -218,5 +230,17 @@ fn main() {
             theirs.p99_ms,
             ours.rps / theirs.rps
         );
+        if let Some(other) = &redis_rs {
+            sluice_run(&runtimes, other, c, Duration::from_millis(200));
+            let rs = sluice_run(&runtimes, other, c, length);
+            println!(
+                "{:>11} | redis-rs multiplexed {:>8.0} req/s, p50 {:.3} ms, p99 {:.3} ms: lean / redis-rs = {:.2}x",
+                c,
+                rs.rps,
+                rs.p50_ms,
+                rs.p99_ms,
+                ours.rps / rs.rps
+            );
+        }
     }
 }

@@ -5,23 +5,32 @@
 //! ticket. A request dropped before its answer (a timeout) leaves its ticket behind: its reply
 //! is read and thrown away. Any I/O or protocol error breaks the connection for every request
 //! on it; the store then discards it and the next call connects again.
+//!
+//! The socket is any `AsyncRead + AsyncWrite + Unpin` (TCP in production; the tests drive the
+//! connection through scripted in-memory sockets, `lean/tests.rs`). Only the reader waits for
+//! the socket: the others write with no waker of their own to leave, and a write the socket
+//! refuses wakes the reader, which then waits for it.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::resp::{MAX_REPLY, Malformed, frame_len};
 
+#[cfg(test)]
+mod tests;
+
 /// Bytes of the read buffer to begin with; it grows for a longer reply, up to [`MAX_REPLY`].
 const READ_BUFFER: usize = 16 << 10;
 
-pub(crate) struct LeanConn {
-    stream: TcpStream,
-    state: Mutex<State>,
+pub(crate) struct LeanConn<S = TcpStream> {
+    state: Mutex<State<S>>,
 }
 
 #[derive(Default)]
@@ -30,7 +39,9 @@ struct Slot {
     abandoned: bool,
 }
 
-struct State {
+struct State<S> {
+    /// The socket; used only under the lock, like everything else here.
+    stream: S,
     /// Requests written into the buffer and not yet onto the socket.
     out: Vec<u8>,
     /// Bytes read; `start..end` are not consumed yet.
@@ -44,28 +55,41 @@ struct State {
     broken: Option<(io::ErrorKind, String)>,
     /// The ticket of the request that writes the batch being gathered in `out`, if one is.
     batch: Option<u64>,
+    /// The waker of the request reading the socket, while it waits. A socket keeps one waker
+    /// per direction: a write the socket refused from another request left a waker that wakes
+    /// nobody in its place, so that write wakes the reader to leave its own again.
+    reader: Option<Waker>,
 }
 
-impl LeanConn {
+impl LeanConn<TcpStream> {
     /// Connects, with `TCP_NODELAY` (a request must not wait for the one before it to be
     /// answered).
     pub async fn connect(host: &str, port: u16) -> io::Result<Self> {
         let stream = TcpStream::connect((host, port)).await?;
         stream.set_nodelay(true)?;
+        Ok(Self::new(stream, READ_BUFFER))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> LeanConn<S> {
+    /// A connection over `stream`, reading into a buffer of `read_buffer` bytes to begin with.
+    fn new(stream: S, read_buffer: usize) -> Self {
         let state = State {
+            stream,
             out: Vec::with_capacity(4096),
-            input: vec![0; READ_BUFFER],
+            input: vec![0; read_buffer.max(1)],
             start: 0,
             end: 0,
             first: 0,
             waiting: VecDeque::new(),
             broken: None,
             batch: None,
+            reader: None,
         };
-        Ok(Self { stream, state: Mutex::new(state) })
+        Self { state: Mutex::new(state) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<S>> {
         // A panic under the lock (none is expected) leaves at worst a broken stream, which the
         // next I/O error reports.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -147,6 +171,7 @@ impl LeanConn {
                     if slot.abandoned {
                         continue;
                     }
+                    st.reader = None;
                     let decode = decode.take().expect("a reply is decoded once");
                     let out = decode(&st.input[from..to]);
                     // The next request in line reads now.
@@ -161,57 +186,60 @@ impl LeanConn {
                 self.break_with(&mut st, io::Error::new(io::ErrorKind::InvalidData, e));
                 continue;
             }
-            let end = st.end;
-            match self.stream.try_read(&mut st.input[end..]) {
-                Ok(0) => {
-                    let closed = io::Error::new(io::ErrorKind::ConnectionReset, "connection closed by Redis");
-                    self.break_with(&mut st, closed);
-                }
-                // Readiness is not cleared after a short read: cleared after the read returned,
-                // it would also wipe a readiness event for a reply that arrived meanwhile (the
-                // I/O driver runs on another thread), and that reply would wait for the timeout.
-                // The next read finds EWOULDBLOCK and waits for readiness then.
-                Ok(n) => st.end += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => match self.stream.poll_read_ready(cx) {
-                    Poll::Ready(Ok(())) => {}
-                    Poll::Ready(Err(e)) => self.break_with(&mut st, e),
-                    Poll::Pending => return Poll::Pending,
+            let st = &mut *st;
+            let mut buf = ReadBuf::new(&mut st.input[st.end..]);
+            // tokio's TCP read clears the socket's readiness after a short read only if no event
+            // came since the one it read on, so a reply that arrived meanwhile is not missed.
+            match Pin::new(&mut st.stream).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) => match buf.filled().len() {
+                    0 => {
+                        let closed = io::Error::new(io::ErrorKind::ConnectionReset, "connection closed by Redis");
+                        self.break_with(st, closed);
+                    }
+                    n => st.end += n,
                 },
-                Err(e) => self.break_with(&mut st, e),
+                Poll::Ready(Err(e)) => self.break_with(st, e),
+                Poll::Pending => {
+                    if !st.reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        st.reader = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }
 
     /// Writes what is pending until the socket takes no more. With `cx` (the reader), waits for
-    /// the socket to take more; without, leaves the rest to the reader.
-    fn flush(&self, st: &mut State, mut cx: Option<&mut Context<'_>>) -> io::Result<()> {
+    /// the socket to take more; without, leaves the rest to the reader, woken if it waits.
+    fn flush(&self, st: &mut State<S>, cx: Option<&mut Context<'_>>) -> io::Result<()> {
         if st.batch.is_some() {
             // Its writer comes soon.
             return Ok(());
         }
+        let reads = cx.is_some();
+        let mut cx = Context::from_waker(cx.map_or(Waker::noop(), |cx| cx.waker()));
         let mut written = 0;
         let result = loop {
             if written == st.out.len() {
                 break Ok(());
             }
-            match self.stream.try_write(&st.out[written..]) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => match cx.as_deref_mut() {
-                    Some(cx) => match self.stream.poll_write_ready(cx) {
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(e)) => break Err(e),
-                        Poll::Pending => break Ok(()),
-                    },
-                    None => break Ok(()),
-                },
-                Err(e) => break Err(e),
+            match Pin::new(&mut st.stream).poll_write(&mut cx, &st.out[written..]) {
+                Poll::Ready(Ok(0)) => break Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => break Err(e),
+                Poll::Pending => {
+                    if !reads && let Some(reader) = st.reader.take() {
+                        reader.wake();
+                    }
+                    break Ok(());
+                }
             }
         };
         st.out.drain(..written);
         result
     }
 
-    fn flush_or_break(&self, st: &mut State) {
+    fn flush_or_break(&self, st: &mut State<S>) {
         if st.broken.is_none()
             && let Err(e) = self.flush(st, None)
         {
@@ -219,12 +247,13 @@ impl LeanConn {
         }
     }
 
-    /// Marks the connection unusable and wakes every waiting request, which sees why.
-    fn break_with(&self, st: &mut State, e: io::Error) {
+    /// Marks the connection unusable and wakes every waiting request, which sees why: the
+    /// reader too, which a socket that failed another request's write need not wake.
+    fn break_with(&self, st: &mut State<S>, e: io::Error) {
         if st.broken.is_none() {
             st.broken = Some((e.kind(), e.to_string()));
         }
-        for w in st.waiting.iter_mut().filter_map(|s| s.waker.take()) {
+        for w in st.waiting.iter_mut().filter_map(|s| s.waker.take()).chain(st.reader.take()) {
             w.wake();
         }
     }
@@ -235,7 +264,7 @@ impl LeanConn {
     }
 }
 
-impl State {
+impl<S> State<S> {
     fn error(&self) -> Option<io::Error> {
         self.broken.as_ref().map(|(kind, why)| io::Error::new(*kind, why.clone()))
     }
@@ -275,13 +304,13 @@ impl State {
 
 /// A request's place in line; dropped unanswered (a timeout), its reply will be thrown away and
 /// the next request in line takes over the reading.
-struct Ticket<'a> {
-    conn: &'a LeanConn,
+struct Ticket<'a, S: AsyncRead + AsyncWrite + Unpin> {
+    conn: &'a LeanConn<S>,
     ticket: u64,
     answered: bool,
 }
 
-impl Drop for Ticket<'_> {
+impl<S: AsyncRead + AsyncWrite + Unpin> Drop for Ticket<'_, S> {
     fn drop(&mut self) {
         if self.answered {
             return;

@@ -187,12 +187,12 @@ impl Iterator for Integers<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
     /// A RESP2 value as a server writes it.
-    fn value() -> impl Strategy<Value = Vec<u8>> {
+    pub(crate) fn value() -> impl Strategy<Value = Vec<u8>> {
         let leaf = prop_oneof![
             "[a-zA-Z0-9 ]{0,12}".prop_map(|t| format!("+{t}\r\n").into_bytes()),
             "[A-Z]{1,8} [a-z ]{0,12}".prop_map(|t| format!("-{t}\r\n").into_bytes()),
@@ -248,6 +248,29 @@ mod tests {
             if let Ok(Some(n)) = frame_len(&damaged) {
                 prop_assert!(n <= damaged.len());
             }
+        }
+
+        /// A stream of replies reads as the same replies however it arrives: whole, or in pieces
+        /// cut anywhere, each reply framed as soon as it is complete.
+        #[test]
+        fn a_stream_of_replies_reads_the_same_however_cut(
+            replies in proptest::collection::vec(value(), 1..8),
+            cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..12),
+        ) {
+            let stream = replies.concat();
+            let mut points: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
+            points.sort_unstable();
+            points.push(stream.len());
+            let (mut buf, mut read, mut from) = (Vec::new(), Vec::new(), 0);
+            for to in points {
+                buf.extend_from_slice(&stream[from..to]);
+                from = to;
+                while let Some(n) = frame_len(&buf).expect("a valid stream") {
+                    read.push(buf.drain(..n).collect::<Vec<u8>>());
+                }
+            }
+            prop_assert!(buf.is_empty());
+            prop_assert_eq!(read, replies);
         }
 
         /// An array of integers reads back as the numbers written, and cut anywhere it is
