@@ -31,6 +31,7 @@
 mod algorithm;
 pub mod calendar;
 mod decision;
+mod digits;
 mod duration;
 mod error;
 mod fixed_window;
@@ -43,6 +44,7 @@ mod time;
 
 pub use algorithm::{Algorithm, check_charge, check_cost};
 pub use decision::Decision;
+pub use digits::decimal;
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::{CostError, ParamError};
 pub use fixed_window::{FixedWindow, FixedWindowState};

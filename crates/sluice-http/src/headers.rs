@@ -341,24 +341,9 @@ pub fn number(n: u64) -> HeaderValue {
             // The digits written here and copied once: `HeaderValue::from` formats into a
             // growable buffer and allocates twice.
             let mut buf = [0u8; 20];
-            HeaderValue::from_bytes(decimal(n, &mut buf)).unwrap_or_else(|_| HeaderValue::from(n))
+            HeaderValue::from_bytes(sluice_core::decimal(n, &mut buf)).unwrap_or_else(|_| HeaderValue::from(n))
         }
     }
-}
-
-/// `n` in decimal, written at the end of `buf`: the digits' part of it.
-pub(crate) fn decimal(n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    let mut left = n;
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (left % 10) as u8;
-        left /= 10;
-        if left == 0 {
-            break;
-        }
-    }
-    &buf[at..]
 }
 
 /// Writes what every denial carries: `Retry-After` (whole seconds, at least 1) and

@@ -9,7 +9,8 @@ use http::{HeaderMap, Response, StatusCode};
 use serde::Serialize;
 use sluice_config::HeaderStyle;
 
-use crate::headers::{LimitView, decimal, denied_retry_after_secs, number, write_denial_headers, write_denied};
+use crate::headers::{LimitView, denied_retry_after_secs, number, write_denial_headers, write_denied};
+use sluice_core::decimal;
 
 /// A response sluice writes itself: a status, headers and a JSON body.
 ///

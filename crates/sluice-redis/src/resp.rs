@@ -47,27 +47,12 @@ pub(crate) fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
 /// Appends a number as one bulk string.
 pub(crate) fn bulk_u64(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
-    let i = digits_of(&mut digits, n);
-    bulk(out, &digits[i..]);
+    bulk(out, sluice_core::decimal(n, &mut digits));
 }
 
 fn decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
-    let i = digits_of(&mut digits, n);
-    out.extend_from_slice(&digits[i..]);
-}
-
-/// Writes `n`'s digits at the end of `buf`; returns where they start.
-fn digits_of(buf: &mut [u8; 20], mut n: u64) -> usize {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return i;
-        }
-    }
+    out.extend_from_slice(sluice_core::decimal(n, &mut digits));
 }
 
 /// The line starting at `at` (its type byte excluded) and where the next one starts, or `None`
