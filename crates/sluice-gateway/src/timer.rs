@@ -107,18 +107,6 @@ impl hyper::rt::Timer for ConnTimer {
     }
 }
 
-/// Runs `fut` until `sleep` ends: `None` if it ends first.
-pub async fn within<T>(sleep: &mut Pin<Box<Sleep>>, fut: impl Future<Output = T>) -> Option<T> {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        sleep.as_mut().poll(cx).map(|()| None)
-    })
-    .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,15 +129,5 @@ mod tests {
         timer.reset(&mut third, (start + Duration::from_secs(90)).into());
         third.await;
         assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(90));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn within_gives_up_when_the_sleep_ends() {
-        let slot = SleepSlot::default();
-        let start = tokio::time::Instant::now();
-        let mut sleep = slot.until(start + Duration::from_secs(5));
-        assert_eq!(within(&mut sleep, async { 7 }).await, Some(7));
-        assert_eq!(within(&mut sleep, std::future::pending::<()>()).await, None);
-        assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(5));
     }
 }
