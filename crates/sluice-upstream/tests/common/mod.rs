@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use proptest::prelude::*;
+use proptest::sample::select;
 use sluice_upstream::pool::{BoxError, ConnPool, PooledBody};
 use sluice_upstream::socket::{Connect, Socket};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -198,4 +200,108 @@ pub fn parts(method: &str, path: &str) -> http::request::Parts {
 pub fn paused<T>(fut: impl std::future::Future<Output = T>) -> T {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     rt.block_on(fut)
+}
+
+/// `wire` read in the given pieces once the request came, then the upstream's close.
+pub fn script(wire: &[u8], cuts: &[usize]) -> Scripted {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (wire.len() + 1)).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut steps = vec![Step::Await(1)];
+    let mut at = 0;
+    for cut in cuts.into_iter().chain([wire.len()]) {
+        if cut > at {
+            steps.push(Step::Read(wire[at..cut].to_vec()));
+            steps.push(Step::Wait(Duration::from_millis(1)));
+            at = cut;
+        }
+    }
+    Scripted::new(steps)
+}
+
+/// A response made of plausible pieces: a version, an interim response or not, fields among
+/// which some frame the body or are hop-by-hop, and a body framed one of several ways (some
+/// wrong).
+pub fn response() -> impl Strategy<Value = (String, Vec<u8>)> {
+    let fields = proptest::collection::vec(
+        select(vec![
+            "X-A: b",
+            "Set-Cookie: a=1",
+            "Set-Cookie: b=2",
+            "Connection: close",
+            "Connection: keep-alive",
+            "Connection: x-hop",
+            "X-Hop: 1",
+            "Keep-Alive: timeout=5",
+            "Trailer: X-T",
+            "Cache-Control: no-store",
+        ]),
+        0..5,
+    );
+    (
+        select(vec!["HTTP/1.1", "HTTP/1.0"]),
+        select(vec![200u16, 201, 204, 304, 404, 500]),
+        any::<bool>(),
+        fields,
+        0..6u8,
+        proptest::collection::vec(any::<u8>(), 0..64),
+        proptest::collection::vec(1..16usize, 1..8),
+        any::<bool>(),
+        select(vec!["GET", "HEAD"]),
+    )
+        .prop_map(|(version, status, interim, fields, framing, body, sizes, extras, method)| {
+            let mut wire = Vec::new();
+            if interim {
+                wire.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            }
+            wire.extend_from_slice(format!("{version} {status} X\r\n").as_bytes());
+            for f in fields {
+                wire.extend_from_slice(format!("{f}\r\n").as_bytes());
+            }
+            let chunked = |wire: &mut Vec<u8>| {
+                let mut rest = &body[..];
+                for size in sizes.iter().cycle() {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let (chunk, after) = rest.split_at((*size).min(rest.len()));
+                    let ext = if extras { ";x=y" } else { "" };
+                    wire.extend_from_slice(format!("{:x}{ext}\r\n", chunk.len()).as_bytes());
+                    wire.extend_from_slice(chunk);
+                    wire.extend_from_slice(b"\r\n");
+                    rest = after;
+                }
+                wire.extend_from_slice(if extras { b"0\r\nX-T: 1\r\n\r\n" } else { b"0\r\n\r\n" });
+            };
+            match framing {
+                0 => {
+                    wire.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+                    wire.extend_from_slice(&body);
+                }
+                // A length that does not match the body: longer (cut short) or shorter (bytes
+                // left over).
+                1 => {
+                    let claimed = if extras { body.len() + 3 } else { body.len() / 2 };
+                    wire.extend_from_slice(format!("Content-Length: {claimed}\r\n\r\n").as_bytes());
+                    wire.extend_from_slice(&body);
+                }
+                2 => {
+                    wire.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+                    chunked(&mut wire);
+                }
+                3 => {
+                    wire.extend_from_slice(b"\r\n");
+                    wire.extend_from_slice(&body);
+                }
+                4 => {
+                    wire.extend_from_slice(format!("Content-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n", body.len()).as_bytes());
+                    chunked(&mut wire);
+                }
+                _ => {
+                    wire.extend_from_slice(b"Transfer-Encoding: gzip\r\n\r\n");
+                    wire.extend_from_slice(&body);
+                }
+            }
+            (method.to_owned(), wire)
+        })
 }
