@@ -130,7 +130,7 @@ impl Upstream {
             parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         }
         forwarding.apply(&mut parts.headers, client);
-        // A request without a body goes on the proxy's own connections (see `crate::h1`), whose
+        // A request without a body goes on the proxy's own connections (see `sluice_upstream::h1`), whose
         // response heads come without their hop-by-hop fields.
         let sent = if http_body::Body::is_end_stream(&body) {
             self.pool().send_bodiless(&parts, self.timeout).await

@@ -6,7 +6,8 @@
 //! wake-up writes to its wake-up pipe, a system call. A connection's header read timeout and a
 //! proxied request's upstream timeout would do both for every request. A `Sleep` moved to a
 //! later deadline instead only stores the new deadline (the wheel finds it when the old one
-//! comes and files it again), so here each connection keeps its sleep and moves it on.
+//! comes and files it again), so here each connection keeps its sleep and moves it on (an
+//! upstream connection does the same with its own sleep, in `sluice-upstream`'s pool).
 
 use std::future::Future;
 use std::pin::Pin;

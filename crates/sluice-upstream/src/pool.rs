@@ -295,6 +295,9 @@ pub struct PooledBody<C: Connect, B, H = ()> {
     stalled: bool,
 }
 
+/// A connection `K` and the pool it goes back to, while a body reads from it.
+type Back<C, B, K> = Option<(Arc<ConnPool<C, B>>, K)>;
+
 /// The two kinds of connection a body is read from.
 #[derive(Debug)]
 enum Inner<C: Connect, B> {
@@ -303,12 +306,12 @@ enum Inner<C: Connect, B> {
         /// The upstream's body, streamed.
         body: Incoming,
         /// The connection and its pool, until the body has ended.
-        back: Option<(Arc<ConnPool<C, B>>, Conn<B>)>,
+        back: Back<C, B, Conn<B>>,
     },
     /// The proxy's own: read here, by the task that polls the body.
     Raw {
         /// The connection and its pool, until the body has ended or failed.
-        back: Option<(Arc<ConnPool<C, B>>, RawConn<C::Socket>)>,
+        back: Back<C, B, RawConn<C::Socket>>,
         /// Where the body's framing stands.
         decoder: Decoder,
         /// Whether the response allows the connection another exchange.

@@ -18,8 +18,9 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The response to `method` read through hyper's client over `socket`.
 async fn through_hyper(method: &str, socket: Scripted) -> Result<Whole, String> {
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(socket)).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(socket))
+        .await
+        .map_err(|e| e.to_string())?;
     let driven = tokio::spawn(conn);
     let req = http::Request::builder().method(method).uri("/x").header("host", "up").body(Empty::new()).unwrap();
     let res = sender.send_request(req).await.map_err(|e| e.to_string())?;

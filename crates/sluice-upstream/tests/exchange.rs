@@ -104,7 +104,10 @@ fn the_request_head_reaches_the_upstream_whole_through_short_writes() {
 fn malformed_heads_are_refused() {
     let huge = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 0\r\n\r\n", "a".repeat(70_000));
     let cases: Vec<(&[u8], HeadError)> = vec![
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", HeadError::Ambiguous),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            HeadError::Ambiguous,
+        ),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nabc", HeadError::BadLength),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxyz", HeadError::Ambiguous),
         (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", HeadError::Upgrade),
@@ -136,7 +139,8 @@ fn a_body_whose_framing_breaks_or_ends_early_is_an_error_never_an_end() {
             let got = fetch("GET", Scripted::pieces(wire, 9)).await;
             assert!(got.is_err(), "{:?}: {got:?}", String::from_utf8_lossy(wire));
         }
-        let reset = Scripted::new(vec![Step::Read(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel".to_vec()), Step::Reset]);
+        let reset =
+            Scripted::new(vec![Step::Read(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel".to_vec()), Step::Reset]);
         assert!(fetch("GET", reset).await.is_err());
     });
 }
@@ -248,7 +252,11 @@ fn a_connection_is_reused_only_after_a_response_read_to_its_end() {
         let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
         assert_eq!(opened_for_two(chunked, true).await, 1, "chunked, read whole");
         assert_eq!(opened_for_two(b"HTTP/1.1 204 No Content\r\n\r\n", true).await, 1, "no body");
-        assert_eq!(opened_for_two(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello", false).await, 2, "dropped before its end");
+        assert_eq!(
+            opened_for_two(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello", false).await,
+            2,
+            "dropped before its end"
+        );
         let close = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello";
         assert_eq!(opened_for_two(close, true).await, 2, "Connection: close");
         assert_eq!(opened_for_two(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello", true).await, 2, "HTTP/1.0");

@@ -131,7 +131,9 @@ impl Decoder {
                         buf.advance(line);
                         *self = Self::Chunked(if size == 0 { Chunk::Trailers(0) } else { Chunk::Data(size) });
                     }
-                    Ok(httparse::Status::Partial) if buf.len() >= MAX_CHUNK_LINE => return Err(FramingError::Malformed),
+                    Ok(httparse::Status::Partial) if buf.len() >= MAX_CHUNK_LINE => {
+                        return Err(FramingError::Malformed);
+                    }
                     Ok(httparse::Status::Partial) => return more(closed),
                     Err(_) => return Err(FramingError::Malformed),
                 },

@@ -83,7 +83,12 @@ impl<S: Socket> Connection<S> {
         // Each response starts small: one large body does not make every later read large.
         self.read_chunk = READ_CHUNK;
         // Flushed for streams that buffer (a no-op on TCP).
-        if let Err(e) = async { self.io.write_all(&self.out).await?; self.io.flush().await }.await {
+        if let Err(e) = async {
+            self.io.write_all(&self.out).await?;
+            self.io.flush().await
+        }
+        .await
+        {
             return Err(ExchangeError::Lost(e));
         }
         let mut answered = false;

@@ -294,7 +294,9 @@ pub fn response() -> impl Strategy<Value = (String, Vec<u8>)> {
                     wire.extend_from_slice(&body);
                 }
                 4 => {
-                    wire.extend_from_slice(format!("Content-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n", body.len()).as_bytes());
+                    wire.extend_from_slice(
+                        format!("Content-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n", body.len()).as_bytes(),
+                    );
                     chunked(&mut wire);
                 }
                 _ => {
