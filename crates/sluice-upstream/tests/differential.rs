@@ -5,16 +5,12 @@
 
 mod common;
 
-use std::time::Duration;
-
 use bytes::Bytes;
-use common::{Scripted, Scripts, Whole, parts, paused, pool, response, script, whole};
+use common::{Scripted, Whole, paused, response, script, through_sluice};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use proptest::prelude::*;
 use sluice_upstream::hop_by_hop::strip_hop_by_hop;
-
-const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The response to `method` read through hyper's client over `socket`.
 async fn through_hyper(method: &str, socket: Scripted) -> Result<Whole, String> {
@@ -30,13 +26,6 @@ async fn through_hyper(method: &str, socket: Scripted) -> Result<Whole, String> 
     drop(sender);
     let _ = driven.await;
     Ok(Whole { status: parts.status.as_u16(), headers: parts.headers, body })
-}
-
-/// The response to `method` read through sluice's pool and exchange over `socket`.
-async fn through_sluice(method: &str, socket: Scripted) -> Result<Whole, String> {
-    let scripts = Scripts::new(vec![socket]);
-    let res = pool(&scripts, TIMEOUT).send_bodiless(&parts(method, "/x"), TIMEOUT).await.map_err(|e| e.to_string())?;
-    whole(res).await.map_err(|e| e.to_string())
 }
 
 /// Where sluice refuses a response hyper reads, on purpose: why, or `None` when the two must

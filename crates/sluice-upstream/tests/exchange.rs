@@ -8,13 +8,11 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Scripted, Scripts, Step, Whole, parts, paused, pool, whole};
+use common::{Scripted, Scripts, Step, TIMEOUT, Whole, parts, paused, pool, through_sluice, whole};
 use http_body_util::BodyExt;
 use sluice_upstream::h1::connection::ExchangeError;
 use sluice_upstream::h1::response_head::HeadError;
 use sluice_upstream::pool::{BodyStalled, SendError};
-
-const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A response head of `status` with `fields`, as the client passes it on.
 fn expect(status: u16, fields: &[(&str, &str)], body: &[u8]) -> Whole {
@@ -63,28 +61,24 @@ fn corpus() -> Vec<(&'static str, &'static [u8], Whole)> {
     ]
 }
 
-/// One request without a body, its response read whole, on a pool whose only connection reads
-/// `socket`.
-async fn fetch(method: &str, socket: Scripted) -> Result<Whole, String> {
-    let scripts = Scripts::new(vec![socket]);
-    let res = pool(&scripts, TIMEOUT).send_bodiless(&parts(method, "/x"), TIMEOUT).await.map_err(|e| e.to_string())?;
-    whole(res).await.map_err(|e| e.to_string())
-}
-
 #[test]
 fn every_response_reads_the_same_however_its_bytes_are_split() {
     paused(async {
         for (method, wire, want) in corpus() {
             let name = String::from_utf8_lossy(wire);
-            assert_eq!(fetch(method, Scripted::pieces(wire, wire.len())).await.as_ref(), Ok(&want), "{name}");
-            assert_eq!(fetch(method, Scripted::pieces(wire, 1)).await.as_ref(), Ok(&want), "byte by byte: {name}");
+            assert_eq!(through_sluice(method, Scripted::pieces(wire, wire.len())).await.as_ref(), Ok(&want), "{name}");
+            assert_eq!(
+                through_sluice(method, Scripted::pieces(wire, 1)).await.as_ref(),
+                Ok(&want),
+                "byte by byte: {name}"
+            );
             for cut in 1..wire.len() {
                 let split = Scripted::new(vec![
                     Step::Read(wire[..cut].to_vec()),
                     Step::Wait(Duration::from_millis(1)),
                     Step::Read(wire[cut..].to_vec()),
                 ]);
-                assert_eq!(fetch(method, split).await.as_ref(), Ok(&want), "cut at {cut}: {name}");
+                assert_eq!(through_sluice(method, split).await.as_ref(), Ok(&want), "cut at {cut}: {name}");
             }
         }
     });
@@ -95,7 +89,7 @@ fn the_request_head_reaches_the_upstream_whole_through_short_writes() {
     paused(async {
         let socket = Scripted::pieces(b"HTTP/1.1 204 No Content\r\n\r\n", 64).short_writes(3);
         let written = socket.written.clone();
-        fetch("GET", socket).await.unwrap();
+        through_sluice("GET", socket).await.unwrap();
         assert_eq!(&written.lock().unwrap()[..], b"GET /x HTTP/1.1\r\nhost: up\r\n\r\n");
     });
 }
@@ -136,12 +130,12 @@ fn a_body_whose_framing_breaks_or_ends_early_is_an_error_never_an_end() {
             b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
         ] {
-            let got = fetch("GET", Scripted::pieces(wire, 9)).await;
+            let got = through_sluice("GET", Scripted::pieces(wire, 9)).await;
             assert!(got.is_err(), "{:?}: {got:?}", String::from_utf8_lossy(wire));
         }
         let reset =
             Scripted::new(vec![Step::Read(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel".to_vec()), Step::Reset]);
-        assert!(fetch("GET", reset).await.is_err());
+        assert!(through_sluice("GET", reset).await.is_err());
     });
 }
 

@@ -4,19 +4,8 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Scripted, Scripts, Step, parts, paused, pool, response, script, whole};
+use common::{Scripted, Step, paused, response, script, through_sluice};
 use proptest::prelude::*;
-
-const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What sluice's client makes of `socket`'s bytes as the answer to `method`.
-async fn read(method: &str, socket: Scripted) -> Result<common::Whole, String> {
-    let scripts = Scripts::new(vec![socket]);
-    let res = pool(&scripts, TIMEOUT).send_bodiless(&parts(method, "/x"), TIMEOUT).await.map_err(|e| e.to_string())?;
-    whole(res).await.map_err(|e| e.to_string())
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(2000)))]
@@ -35,7 +24,7 @@ proptest! {
             socket = Scripted::new(vec![Step::Await(1), Step::Read(wire.clone()), Step::Reset]);
         }
         let method = if head_request { "HEAD" } else { "GET" };
-        if let Ok(got) = paused(read(method, socket)) {
+        if let Ok(got) = paused(through_sluice(method, socket)) {
             prop_assert!(got.body.len() < wire.len());
         }
     }
@@ -47,7 +36,7 @@ proptest! {
         (method, wire) in response(),
         cuts in proptest::collection::vec(0..400usize, 1..8),
     ) {
-        let (split, unsplit) = paused(async { (read(&method, script(&wire, &cuts)).await, read(&method, script(&wire, &[])).await) });
+        let (split, unsplit) = paused(async { (through_sluice(&method, script(&wire, &cuts)).await, through_sluice(&method, script(&wire, &[])).await) });
         match (split, unsplit) {
             (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
             (Err(_), Err(_)) => {}
