@@ -322,7 +322,8 @@ pub enum OnDeny {
 pub struct Upstream {
     /// `http://host:port` (no path).
     pub url: String,
-    /// How long to wait for the upstream's response headers.
+    /// How long to wait for the upstream's response headers, and then for each next piece of
+    /// its response body (an upstream silent that long inside a body has the client cut off).
     pub timeout: Nanos,
 }
 

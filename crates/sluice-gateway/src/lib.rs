@@ -7,8 +7,9 @@
 //! - [`forward_auth`]: `[forward_auth]`, for proxies that ask before they forward (Caddy,
 //!   Traefik, nginx `auth_request`), deciding by the same routes as the gateway;
 //! - [`seed`]: the default service of `sluice serve` without a config;
-//! - [`proxy`] and [`body`]: the pooled upstream client and replayable request bodies, cut when
-//!   they stall or break; [`client_slots`]: requests and body reads in progress per client;
+//! - [`proxy`] and [`body`]: forwarding to the upstream (over `sluice-upstream`'s pooled
+//!   HTTP/1.1 client) and replayable request bodies, cut when they stall or break;
+//!   [`client_slots`]: requests and body reads in progress per client;
 //! - [`serve`]: accept loops (one runtime per core), graceful shutdown, signals;
 //! - [`timer`]: timeouts that reuse one timer entry per connection;
 //! - [`stores`]: the store a configuration asks for (memory or Redis), kept across reloads;
@@ -37,12 +38,10 @@
 pub mod admin;
 pub mod body;
 pub mod client_slots;
-pub mod conn_pool;
 pub mod decision_api;
 pub mod error;
 pub mod forward_auth;
 pub mod gateway;
-pub mod h1;
 pub mod observe;
 pub mod proxy;
 pub mod respond;

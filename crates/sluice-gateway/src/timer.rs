@@ -6,7 +6,8 @@
 //! wake-up writes to its wake-up pipe, a system call. A connection's header read timeout and a
 //! proxied request's upstream timeout would do both for every request. A `Sleep` moved to a
 //! later deadline instead only stores the new deadline (the wheel finds it when the old one
-//! comes and files it again), so here each connection keeps its sleep and moves it on.
+//! comes and files it again), so here each connection keeps its sleep and moves it on (an
+//! upstream connection does the same with its own sleep, in `sluice-upstream`'s pool).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -107,18 +108,6 @@ impl hyper::rt::Timer for ConnTimer {
     }
 }
 
-/// Runs `fut` until `sleep` ends: `None` if it ends first.
-pub async fn within<T>(sleep: &mut Pin<Box<Sleep>>, fut: impl Future<Output = T>) -> Option<T> {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        sleep.as_mut().poll(cx).map(|()| None)
-    })
-    .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,15 +130,5 @@ mod tests {
         timer.reset(&mut third, (start + Duration::from_secs(90)).into());
         third.await;
         assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(90));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn within_gives_up_when_the_sleep_ends() {
-        let slot = SleepSlot::default();
-        let start = tokio::time::Instant::now();
-        let mut sleep = slot.until(start + Duration::from_secs(5));
-        assert_eq!(within(&mut sleep, async { 7 }).await, Some(7));
-        assert_eq!(within(&mut sleep, std::future::pending::<()>()).await, None);
-        assert_eq!(tokio::time::Instant::now() - start, Duration::from_secs(5));
     }
 }

@@ -63,6 +63,8 @@ fn act(path: &str) -> Act {
         "/garbage" => Act::Reply(b"<html>not http</html>\r\n\r\n".to_vec()),
         "/huge-head" => Act::Reply(format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 0\r\n\r\n", "a".repeat(70_000)).into_bytes()),
         "/cut-short" => Act::ReplyThenClose(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this".to_vec(), Duration::ZERO),
+        // The first bytes of a body, then nothing for a minute (the connection held open).
+        "/stall" => Act::ReplyThenClose(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nfirst bytes".to_vec(), Duration::from_secs(60)),
         "/smuggle" => Act::Reply([ok("ok"), ok("secret")].concat()),
         // A second response begun in the same write, finished only when the next request comes.
         "/smuggle-split" => Act::ReplyWithTail([ok("ok"), b"HTTP/1.1 200 OK\r\nContent-Le".to_vec()].concat(), b"ngth: 6\r\n\r\nsecret".to_vec()),
@@ -89,7 +91,8 @@ async fn scripted() -> Scripted {
                 let mut served = 0;
                 let mut tail: Option<Vec<u8>> = None;
                 loop {
-                    // A request head, up to its blank line (the proxy sends no bodies here).
+                    // A request head, up to its blank line (bodies are not read: only `/stall`
+                    // gets one, and its connection carries nothing after it).
                     let end = loop {
                         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                             break i + 4;
@@ -226,6 +229,24 @@ async fn a_body_cut_short_cuts_the_client_off_instead_of_ending_cleanly() {
     assert_eq!(res.status(), 200);
     let body = http_body_util::BodyExt::collect(res.into_body()).await;
     assert!(body.is_err(), "9 of 100 bytes must not read as a whole body");
+    assert_eq!(c.get("/", &[]).await.text(), "fine");
+}
+
+#[tokio::test]
+async fn an_upstream_that_stalls_inside_a_body_is_cut_at_its_timeout() {
+    let up = scripted().await;
+    let (gw, _clock) = start(&config(&up).replace("timeout_ms = 3000", "timeout_ms = 200")).await;
+    let c = Client::new(gw.addr);
+    // Without a body (the proxy's own exchange), and with one (hyper's client).
+    for body in [Bytes::new(), Bytes::from_static(b"abc")] {
+        let method = if body.is_empty() { "GET" } else { "POST" };
+        let res = c.send_streaming(c.request(method, "/stall", &[], body)).await;
+        assert_eq!(res.status(), 200, "{method}");
+        // Far beyond the 200 ms the upstream has between bytes; the upstream holds on for 60 s.
+        let read = tokio::time::timeout(Duration::from_secs(20), http_body_util::BodyExt::collect(res.into_body()));
+        let body = read.await.unwrap_or_else(|_| panic!("{method}: the stalled body was not cut"));
+        assert!(body.is_err(), "{method}: 11 of 100 bytes must not read as a whole body");
+    }
     assert_eq!(c.get("/", &[]).await.text(), "fine");
 }
 

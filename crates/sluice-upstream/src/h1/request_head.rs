@@ -13,7 +13,7 @@ use http::request::Parts;
 /// let req = http::Request::get("/a?b=1").header("host", "up").header("x-two", "2").body(()).unwrap();
 /// let (parts, ()) = req.into_parts();
 /// let mut out = Vec::new();
-/// sluice_gateway::h1::request_head::write(&parts, &mut out);
+/// sluice_upstream::h1::request_head::write(&parts, &mut out);
 /// assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: up\r\nx-two: 2\r\n\r\n");
 /// ```
 pub fn write(parts: &Parts, out: &mut Vec<u8>) {

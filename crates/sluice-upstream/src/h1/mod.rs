@@ -20,8 +20,9 @@
 //!   connection, never as a complete response).
 //! - [`request_head`]: the request is written from a parsed request (names, values, method and
 //!   target validated by `http`), so no field can carry a line break to the upstream.
-//! - [`connection`]: a connection is reused only after a response that allows it (HTTP/1.1, no
-//!   `Connection: close`, framed by length or chunks) ended exactly at its last byte; an idle
+//! - [`connection`]: over any [`crate::socket::Socket`], a connection is reused only after a
+//!   response that allows it (HTTP/1.1, no `Connection: close`, framed by length or chunks)
+//!   ended exactly at its last byte; an idle
 //!   connection that the upstream closed or wrote to is noticed before it is used again (and
 //!   closed within a second by each worker's sweep, traffic or not), and a request it loses
 //!   before any byte of a response comes back is sent once more on a new connection when its
@@ -32,6 +33,11 @@
 //! for events could be read as the next request's response (hyper's client had the same window;
 //! closing it would cost a system call per request). Trailers are not passed on, and a response
 //! head is bounded at 64 KiB (hyper allowed about 400 KiB).
+//!
+//! `tests/differential.rs` reads the same scripted responses through hyper's client: the two
+//! agree, except where sluice refuses on purpose (a `Content-Length` beside a
+//! `Transfer-Encoding`, a coding other than `chunked`, a `Transfer-Encoding` in HTTP/1.0, an
+//! unasked `101`).
 
 pub mod body_decoder;
 pub mod connection;

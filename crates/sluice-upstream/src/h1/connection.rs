@@ -9,10 +9,10 @@ use std::task::{Context, Poll, ready};
 use bytes::{Bytes, BytesMut};
 use http::Method;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
-use super::body_decoder::{BodyError, Decoder, Step};
+use super::body_decoder::{Decoder, FramingError, Step};
 use super::response_head::{self, Head, HeadError, Parsed};
+use crate::socket::Socket;
 
 /// Room made in the read buffer before a read, at first: a response head and a small body.
 const READ_CHUNK: usize = 8 * 1024;
@@ -20,11 +20,11 @@ const READ_CHUNK: usize = 8 * 1024;
 /// The most room made before a read: a large body is read in up to this much at a time.
 const MAX_READ_CHUNK: usize = 256 * 1024;
 
-/// A connection to the upstream.
+/// A connection to the upstream over `S`.
 #[derive(Debug)]
-pub struct Connection {
-    /// The socket, registered with the runtime of the thread that opened it.
-    io: TcpStream,
+pub struct Connection<S> {
+    /// The socket (a TCP one is registered with the runtime of the thread that opened it).
+    io: S,
     /// Bytes read and not yet used: the start of a response head, or of its body.
     buf: BytesMut,
     /// The request head being sent (kept for its capacity).
@@ -57,18 +57,16 @@ pub enum ExchangeError {
 pub enum BodyReadError {
     /// The bytes are not the body its framing announced.
     #[error(transparent)]
-    Framing(#[from] BodyError),
+    Framing(#[from] FramingError),
     /// The connection failed.
     #[error("the upstream connection failed inside a response body: {0}")]
     Io(#[from] io::Error),
 }
 
-impl Connection {
-    /// Opens a connection to `authority` (`host:port`).
-    pub async fn connect(authority: &str) -> io::Result<Self> {
-        let io = TcpStream::connect(authority).await?;
-        io.set_nodelay(true)?;
-        Ok(Self { io, buf: BytesMut::new(), out: Vec::new(), closed: false, read_chunk: READ_CHUNK })
+impl<S: Socket> Connection<S> {
+    /// A connection over `io`, open and unused.
+    pub fn new(io: S) -> Self {
+        Self { io, buf: BytesMut::new(), out: Vec::new(), closed: false, read_chunk: READ_CHUNK }
     }
 
     /// The buffer the next request head is written into, empty.
@@ -84,7 +82,13 @@ impl Connection {
         self.buf.clear();
         // Each response starts small: one large body does not make every later read large.
         self.read_chunk = READ_CHUNK;
-        if let Err(e) = self.io.write_all(&self.out).await {
+        // Flushed for streams that buffer (a no-op on TCP).
+        if let Err(e) = async {
+            self.io.write_all(&self.out).await?;
+            self.io.flush().await
+        }
+        .await
+        {
             return Err(ExchangeError::Lost(e));
         }
         let mut answered = false;
@@ -135,14 +139,10 @@ impl Connection {
     }
 
     /// True when the upstream has closed this idle connection, reset it, or sent bytes on it
-    /// unasked, as far as the runtime has seen: it must not carry a request. Costs no system call
-    /// while the runtime has seen no event on the socket since its last read (a read that filled
-    /// the buffer leaves the socket marked readable: then one read of a byte tells). Not through
-    /// `poll_read_ready`: that spends the task's cooperative budget, and answers `Pending` — a
-    /// healthy connection — once the budget is gone.
-    pub fn is_stale(&self) -> bool {
-        let mut probe = [0u8; 1];
-        !matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    /// unasked, as far as the runtime has seen: it must not carry a request (see
+    /// [`Socket::is_stale`]).
+    pub fn is_stale(&mut self) -> bool {
+        self.io.is_stale()
     }
 
     /// Reads what the socket has into the buffer: 0 when the upstream has closed.

@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 use bytes::BytesMut;
 use http::{Method, StatusCode};
 
-use crate::proxy::is_hop_by_hop;
+use crate::hop_by_hop::is_hop_by_hop;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 /// A response head of this many bytes or more is a 502.
@@ -37,7 +37,7 @@ pub struct Head {
     /// Its status, never `1xx`.
     pub status: StatusCode,
     /// Its end-to-end fields as they came, in order: the hop-by-hop ones
-    /// ([`crate::proxy::is_hop_by_hop`]) and those its `Connection` field names are left out,
+    /// ([`crate::hop_by_hop::is_hop_by_hop`]) and those its `Connection` field names are left out,
     /// as a proxy never passes them on (RFC 9110 §7.6.1).
     pub headers: HeaderMap,
     /// How its body ends.
@@ -86,7 +86,7 @@ pub enum HeadError {
 /// `2xx` to a `CONNECT` would open a tunnel, which sluice does not run).
 ///
 /// ```
-/// use sluice_gateway::h1::response_head::{parse, Framing, Parsed};
+/// use sluice_upstream::h1::response_head::{parse, Framing, Parsed};
 /// let mut buf = bytes::BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1"[..]);
 /// let Ok(Parsed::Final(head)) = parse(&mut buf, &http::Method::GET) else { panic!() };
 /// assert_eq!((head.status.as_u16(), head.framing, head.reusable), (200, Framing::Length(2), true));

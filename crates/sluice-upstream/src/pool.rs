@@ -9,6 +9,12 @@
 //! Two kinds are kept: the proxy's own connections ([`crate::h1`]) for requests without a body,
 //! driven by the task that serves the client; and hyper's, each driven by a task of its own, for
 //! requests with a body (hyper writes the body while it reads an early response).
+//!
+//! On both, a response body that waits longer than the pool's idle timeout for its next bytes
+//! fails (the client's connection is cut; the upstream's is closed): an upstream that stalls
+//! mid-body does not hold a client, its slot in flight and a connection for ever. The wait is
+//! timed on the sleep the connection keeps for its response heads, moved on, so a body registers
+//! no timer of its own.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -22,21 +28,20 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::body::ReplayBody;
-use crate::client_slots::Slot;
+use crate::deadline::within;
 use crate::h1::body_decoder::Decoder;
 use crate::h1::connection::{Connection, ExchangeError};
 use crate::h1::request_head;
 use crate::h1::response_head::Head;
-use crate::timer::within;
+use crate::socket::Connect;
 
 /// Idle connections kept per worker thread and upstream; beyond them, a connection is closed.
 const MAX_IDLE: usize = 1024;
 
-/// How often each worker closes the idle connections the upstream has closed.
+/// How often each worker should close the idle connections the upstream has closed
+/// ([`ConnPool::sweep`]).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a request could not be sent.
@@ -56,36 +61,52 @@ pub enum SendError {
     Timeout,
 }
 
-/// An open connection and the sleep that times its exchanges (moved on for each one: see
-/// [`crate::timer`]).
+/// A response body's next bytes did not come within the pool's idle timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the upstream sent nothing of the response body for {0:?}")]
+pub struct BodyStalled(pub Duration);
+
+/// A request body hyper's client can send: bytes, failing with any error.
+pub trait RequestBody: Body<Data = Bytes, Error: Into<BoxError>> + Send + Unpin + 'static {}
+
+impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Unpin + 'static> RequestBody for B {}
+
+/// Any error, boxed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One of hyper's connections and the sleep that times its exchanges (moved on for each one).
 #[derive(Debug)]
-struct Conn {
-    sender: SendRequest<ReplayBody>,
+struct Conn<B> {
+    sender: SendRequest<B>,
     sleep: Pin<Box<Sleep>>,
 }
 
 /// One of the proxy's own connections and the sleep that times its exchanges.
 #[derive(Debug)]
-struct RawConn {
-    conn: Connection,
+struct RawConn<S> {
+    conn: Connection<S>,
     sleep: Pin<Box<Sleep>>,
 }
 
-/// A worker thread's connections to one upstream.
+/// A worker thread's connections to one upstream, opened by `C`; requests with a body send a
+/// `B`.
 #[derive(Debug)]
-pub struct ConnPool {
-    /// `host:port` to connect to.
-    authority: String,
+pub struct ConnPool<C: Connect, B> {
+    /// Opens new connections to the upstream.
+    connector: C,
+    /// The longest a response body may wait for its next bytes.
+    body_idle: Duration,
     /// hyper's connections ready for a request (with a body), most recently used last.
-    idle: Mutex<Vec<Conn>>,
+    idle: Mutex<Vec<Conn<B>>>,
     /// The proxy's own connections ready for a request without a body, most recently used last.
-    raw_idle: Mutex<Vec<RawConn>>,
+    raw_idle: Mutex<Vec<RawConn<C::Socket>>>,
 }
 
-impl ConnPool {
-    /// No connections yet to `authority`.
-    pub fn new(authority: String) -> Self {
-        Self { authority, idle: Mutex::new(Vec::new()), raw_idle: Mutex::new(Vec::new()) }
+impl<C: Connect, B: RequestBody> ConnPool<C, B> {
+    /// No connections yet; they are opened by `connector`, and their response bodies fail after
+    /// `body_idle` without a byte.
+    pub fn new(connector: C, body_idle: Duration) -> Self {
+        Self { connector, body_idle, idle: Mutex::new(Vec::new()), raw_idle: Mutex::new(Vec::new()) }
     }
 
     /// Sends the request `parts` describe, which has no body, on one of the proxy's own
@@ -94,11 +115,11 @@ impl ConnPool {
     /// closed it meanwhile) is replaced by a new one for a safe method (`GET`, `HEAD`, `OPTIONS`,
     /// `TRACE`); for another the upstream may have acted on it (a reset can come after the
     /// request arrived), and the client gets the 502.
-    pub async fn send_bodiless(
+    pub async fn send_bodiless<H>(
         self: &Arc<Self>,
         parts: &Parts,
         timeout: Duration,
-    ) -> Result<Response<PooledBody>, SendError> {
+    ) -> Result<Response<PooledBody<C, B, H>>, SendError> {
         let deadline = Instant::now() + timeout;
         let mut sleep = None;
         if let Some(mut raw) = self.checkout_raw() {
@@ -114,7 +135,7 @@ impl ConnPool {
         }
         let mut sleep = sleep.unwrap_or_else(|| Box::pin(tokio::time::sleep_until(deadline)));
         let sent = within(&mut sleep, async {
-            let mut conn = Connection::connect(&self.authority).await?;
+            let mut conn = Connection::new(self.connector.connect().await?);
             request_head::write(parts, conn.head_buffer());
             let head = conn.exchange(&parts.method).await?;
             Ok::<_, SendError>((head, conn))
@@ -127,12 +148,10 @@ impl ConnPool {
     }
 
     /// The response of `head`, its body read from `raw` (given back at the body's end).
-    fn raw_response(self: &Arc<Self>, head: Head, raw: RawConn) -> Response<PooledBody> {
+    fn raw_response<H>(self: &Arc<Self>, head: Head, raw: RawConn<C::Socket>) -> Response<PooledBody<C, B, H>> {
         let decoder = Decoder::new(head.framing);
-        let mut body = PooledBody {
-            inner: Inner::Raw { back: Some((Arc::clone(self), raw)), decoder, reusable: head.reusable },
-            held: None,
-        };
+        let inner = Inner::Raw { back: Some((Arc::clone(self), raw)), decoder, reusable: head.reusable };
+        let mut body = PooledBody::new(inner);
         if body.is_end_stream() {
             body.give_back();
         }
@@ -143,9 +162,9 @@ impl ConnPool {
     }
 
     /// The most recently used idle connection of the proxy's own still open.
-    fn checkout_raw(&self) -> Option<RawConn> {
+    fn checkout_raw(&self) -> Option<RawConn<C::Socket>> {
         let mut idle = self.raw_idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(raw) = idle.pop() {
+        while let Some(mut raw) = idle.pop() {
             if !raw.conn.is_stale() {
                 return Some(raw);
             }
@@ -153,7 +172,7 @@ impl ConnPool {
         None
     }
 
-    fn checkin_raw(&self, raw: RawConn) {
+    fn checkin_raw(&self, raw: RawConn<C::Socket>) {
         let mut idle = self.raw_idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push(raw);
@@ -162,19 +181,20 @@ impl ConnPool {
 
     /// Closes the idle connections of the proxy's own that the upstream has closed (or written
     /// to): no task reads them while they wait, so without a sweep a socket the upstream closed
-    /// would stay half-open until it was checked out. Run every [`SWEEP_EVERY`] on each worker.
+    /// would stay half-open until it was checked out. To be run every [`SWEEP_EVERY`] on each
+    /// worker.
     pub fn sweep(&self) {
-        self.raw_idle.lock().unwrap_or_else(|p| p.into_inner()).retain(|raw| !raw.conn.is_stale());
+        self.raw_idle.lock().unwrap_or_else(|p| p.into_inner()).retain_mut(|raw| !raw.conn.is_stale());
     }
 
     /// Sends `req` (in origin form) on an idle connection, or on a new one, waiting at most
     /// `timeout` for the response head. A request that an idle connection refused before sending
     /// anything (the upstream closed it meanwhile) is sent again on a new connection.
-    pub async fn send(
+    pub async fn send<H>(
         self: &Arc<Self>,
-        req: Request<ReplayBody>,
+        req: Request<B>,
         timeout: Duration,
-    ) -> Result<Response<PooledBody>, SendError> {
+    ) -> Result<Response<PooledBody<C, B, H>>, SendError> {
         let deadline = Instant::now() + timeout;
         let mut req = req;
         // A connection given back at its body's end is ready once its task has seen that end.
@@ -200,11 +220,11 @@ impl ConnPool {
     }
 
     /// Sends `req` on a new connection, within `sleep`.
-    async fn send_new(
+    async fn send_new<H>(
         self: &Arc<Self>,
-        req: Request<ReplayBody>,
+        req: Request<B>,
         mut sleep: Pin<Box<Sleep>>,
-    ) -> Result<Response<PooledBody>, SendError> {
+    ) -> Result<Response<PooledBody<C, B, H>>, SendError> {
         let sent = within(&mut sleep, async {
             let mut sender = self.connect().await?;
             let res = sender.send_request(req).await?;
@@ -218,7 +238,7 @@ impl ConnPool {
     }
 
     /// The most recently used idle connection still open.
-    fn checkout(&self) -> Option<Conn> {
+    fn checkout(&self) -> Option<Conn<B>> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(conn) = idle.pop() {
             if !conn.sender.is_closed() {
@@ -228,7 +248,7 @@ impl ConnPool {
         None
     }
 
-    fn checkin(&self, conn: Conn) {
+    fn checkin(&self, conn: Conn<B>) {
         if conn.sender.is_closed() {
             return;
         }
@@ -238,9 +258,8 @@ impl ConnPool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<ReplayBody>, SendError> {
-        let stream = TcpStream::connect(&self.authority).await?;
-        stream.set_nodelay(true)?;
+    async fn connect(&self) -> Result<SendRequest<B>, SendError> {
+        let stream = self.connector.connect().await?;
         let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(stream)).await?;
         // Driven on this worker's runtime; it ends when the upstream closes or every handle to
         // the connection is dropped.
@@ -250,9 +269,9 @@ impl ConnPool {
         Ok(sender)
     }
 
-    fn pooled(self: &Arc<Self>, res: Response<Incoming>, conn: Conn) -> Response<PooledBody> {
+    fn pooled<H>(self: &Arc<Self>, res: Response<Incoming>, conn: Conn<B>) -> Response<PooledBody<C, B, H>> {
         let (parts, body) = res.into_parts();
-        let mut pooled = PooledBody { inner: Inner::Hyper { body, back: Some((Arc::clone(self), conn)) }, held: None };
+        let mut pooled = PooledBody::new(Inner::Hyper { body, back: Some((Arc::clone(self), conn)) });
         if pooled.is_end_stream() {
             pooled.give_back();
         }
@@ -261,28 +280,38 @@ impl ConnPool {
 }
 
 /// A response body from a pooled connection: the connection goes back to its pool at the end.
+/// `H`: what the body holds until it is dropped ([`PooledBody::hold`]).
 #[derive(Debug)]
-pub struct PooledBody {
-    inner: Inner,
-    /// The request's slot in flight ([`PooledBody::hold`]): a request counts until its
-    /// response's body is done with (sent whole, or dropped with the client's connection).
-    held: Option<Slot>,
+pub struct PooledBody<C: Connect, B, H = ()> {
+    inner: Inner<C, B>,
+    /// Held until the body is dropped: a gateway's slot in flight, so that a request counts
+    /// until its response's body is done with (sent whole, or dropped with the client's
+    /// connection).
+    held: Option<H>,
+    /// A poll found no bytes since the last ones came: the connection's sleep is set to the
+    /// idle deadline of this wait (set once per wait, so a wait is timed from its start).
+    waiting: bool,
+    /// The body waited past its idle timeout: failed, and ended.
+    stalled: bool,
 }
+
+/// A connection `K` and the pool it goes back to, while a body reads from it.
+type Back<C, B, K> = Option<(Arc<ConnPool<C, B>>, K)>;
 
 /// The two kinds of connection a body is read from.
 #[derive(Debug)]
-enum Inner {
+enum Inner<C: Connect, B> {
     /// hyper's: its task reads the body.
     Hyper {
         /// The upstream's body, streamed.
         body: Incoming,
         /// The connection and its pool, until the body has ended.
-        back: Option<(Arc<ConnPool>, Conn)>,
+        back: Back<C, B, Conn<B>>,
     },
     /// The proxy's own: read here, by the task that polls the body.
     Raw {
         /// The connection and its pool, until the body has ended or failed.
-        back: Option<(Arc<ConnPool>, RawConn)>,
+        back: Back<C, B, RawConn<C::Socket>>,
         /// Where the body's framing stands.
         decoder: Decoder,
         /// Whether the response allows the connection another exchange.
@@ -291,15 +320,22 @@ enum Inner {
 }
 
 /// Why a response body failed: the client's connection is cut (the body was not whole).
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub type BodyError = BoxError;
 
-impl PooledBody {
-    /// Keeps `slot` (a request in flight) until this body is dropped.
-    pub fn hold(&mut self, slot: Slot) {
-        self.held = Some(slot);
+impl<C: Connect, B, H> PooledBody<C, B, H> {
+    fn new(inner: Inner<C, B>) -> Self {
+        Self { inner, held: None, waiting: false, stalled: false }
     }
 
-    fn give_back(&mut self) {
+    /// Keeps `held` (a request's slot in flight) until this body is dropped.
+    pub fn hold(&mut self, held: H) {
+        self.held = Some(held);
+    }
+
+    fn give_back(&mut self)
+    where
+        B: RequestBody,
+    {
         match &mut self.inner {
             Inner::Hyper { back, .. } => {
                 if let Some((pool, conn)) = back.take() {
@@ -318,13 +354,30 @@ impl PooledBody {
     }
 }
 
-impl Body for PooledBody {
+/// On a poll that found no bytes: true when the wait has passed `idle`. The first such poll
+/// after bytes came moves `sleep` to the wait's deadline; later ones only poll it.
+fn stalled(sleep: &mut Pin<Box<Sleep>>, waiting: &mut bool, idle: Duration, cx: &mut Context<'_>) -> bool {
+    if !*waiting {
+        sleep.as_mut().reset(Instant::now() + idle);
+        *waiting = true;
+    }
+    sleep.as_mut().poll(cx).is_ready()
+}
+
+// Nothing of a body is pinned in place (its fields are polled through `Pin::new` on their own
+// `Unpin` values, or not at all), so a held value need not be `Unpin` itself.
+impl<C: Connect, B, H> Unpin for PooledBody<C, B, H> {}
+
+impl<C: Connect, B: RequestBody, H> Body for PooledBody<C, B, H> {
     type Data = Bytes;
     type Error = BodyError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
-        match &mut this.inner {
+        if this.stalled {
+            return Poll::Ready(None);
+        }
+        let polled = match &mut this.inner {
             Inner::Hyper { body, back } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
@@ -332,14 +385,33 @@ impl Body for PooledBody {
                     Poll::Ready(Some(Ok(_))) if body.is_end_stream() => this.give_back(),
                     // An error ends the connection with the exchange: it is not given back.
                     Poll::Ready(Some(Err(_))) => *back = None,
+                    Poll::Pending => {
+                        if let Some((pool, conn)) = back
+                            && stalled(&mut conn.sleep, &mut this.waiting, pool.body_idle, cx)
+                        {
+                            let idle = pool.body_idle;
+                            *back = None;
+                            this.stalled = true;
+                            return Poll::Ready(Some(Err(BodyStalled(idle).into())));
+                        }
+                    }
                     _ => {}
                 }
                 polled.map_err(Into::into)
             }
             Inner::Raw { back, decoder, .. } => {
-                let Some((_, raw)) = back.as_mut() else { return Poll::Ready(None) };
+                let Some((pool, raw)) = back.as_mut() else { return Poll::Ready(None) };
                 match raw.conn.poll_body(decoder, cx) {
-                    Poll::Pending => Poll::Pending,
+                    Poll::Pending => {
+                        if stalled(&mut raw.sleep, &mut this.waiting, pool.body_idle, cx) {
+                            let idle = pool.body_idle;
+                            // The connection goes with the failed exchange.
+                            *back = None;
+                            this.stalled = true;
+                            return Poll::Ready(Some(Err(BodyStalled(idle).into())));
+                        }
+                        Poll::Pending
+                    }
                     Poll::Ready(Ok(Some(data))) => {
                         if decoder.is_done() {
                             this.give_back();
@@ -357,14 +429,19 @@ impl Body for PooledBody {
                     }
                 }
             }
+        };
+        if polled.is_ready() {
+            this.waiting = false;
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            Inner::Hyper { body, .. } => body.is_end_stream(),
-            Inner::Raw { back, decoder, .. } => back.is_none() || decoder.is_done(),
-        }
+        self.stalled
+            || match &self.inner {
+                Inner::Hyper { body, .. } => body.is_end_stream(),
+                Inner::Raw { back, decoder, .. } => back.is_none() || decoder.is_done(),
+            }
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -50,7 +50,7 @@ pub enum Step {
 
 /// Why a body cannot be read to its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BodyError {
+pub enum FramingError {
     /// The connection ended before the body did.
     #[error("the upstream closed the connection inside a response body")]
     Truncated,
@@ -89,15 +89,15 @@ impl Decoder {
     ///
     /// ```
     /// use bytes::BytesMut;
-    /// use sluice_gateway::h1::body_decoder::{Decoder, Step};
-    /// use sluice_gateway::h1::response_head::Framing;
+    /// use sluice_upstream::h1::body_decoder::{Decoder, Step};
+    /// use sluice_upstream::h1::response_head::Framing;
     /// let mut d = Decoder::new(Framing::Chunked);
     /// let mut buf = BytesMut::from(&b"3\r\nabc\r\n0\r\n\r\nnext"[..]);
     /// assert_eq!(d.step(&mut buf, false), Ok(Step::Data("abc".into())));
     /// assert_eq!(d.step(&mut buf, false), Ok(Step::End));
     /// assert_eq!(&buf[..], b"next");
     /// ```
-    pub fn step(&mut self, buf: &mut BytesMut, closed: bool) -> Result<Step, BodyError> {
+    pub fn step(&mut self, buf: &mut BytesMut, closed: bool) -> Result<Step, FramingError> {
         loop {
             match self {
                 Self::Done => return Ok(Step::End),
@@ -121,42 +121,44 @@ impl Decoder {
                 // A size line starts with a hex digit (httparse would read an empty line as the
                 // last chunk) and holds no bare line feed in its extensions.
                 Self::Chunked(Chunk::Size) if buf.first().is_some_and(|b| !b.is_ascii_hexdigit()) => {
-                    return Err(BodyError::Malformed);
+                    return Err(FramingError::Malformed);
                 }
                 Self::Chunked(Chunk::Size) => match httparse::parse_chunk_size(buf) {
                     Ok(httparse::Status::Complete((line, size))) => {
                         if buf[..line - 2].contains(&b'\n') {
-                            return Err(BodyError::Malformed);
+                            return Err(FramingError::Malformed);
                         }
                         buf.advance(line);
                         *self = Self::Chunked(if size == 0 { Chunk::Trailers(0) } else { Chunk::Data(size) });
                     }
-                    Ok(httparse::Status::Partial) if buf.len() >= MAX_CHUNK_LINE => return Err(BodyError::Malformed),
+                    Ok(httparse::Status::Partial) if buf.len() >= MAX_CHUNK_LINE => {
+                        return Err(FramingError::Malformed);
+                    }
                     Ok(httparse::Status::Partial) => return more(closed),
-                    Err(_) => return Err(BodyError::Malformed),
+                    Err(_) => return Err(FramingError::Malformed),
                 },
                 Self::Chunked(Chunk::DataEnd) => match buf.get(..2) {
                     Some(b"\r\n") => {
                         buf.advance(2);
                         *self = Self::Chunked(Chunk::Size);
                     }
-                    Some(_) => return Err(BodyError::Malformed),
-                    None if buf.first().is_some_and(|&b| b != b'\r') => return Err(BodyError::Malformed),
+                    Some(_) => return Err(FramingError::Malformed),
+                    None if buf.first().is_some_and(|&b| b != b'\r') => return Err(FramingError::Malformed),
                     None => return more(closed),
                 },
                 Self::Chunked(Chunk::Trailers(read)) => {
                     let Some(end) = buf.iter().position(|&b| b == b'\n') else {
                         if *read + buf.len() > MAX_TRAILERS {
-                            return Err(BodyError::Malformed);
+                            return Err(FramingError::Malformed);
                         }
                         return more(closed);
                     };
                     if end == 0 || buf[end - 1] != b'\r' || (end > 1 && !is_field_line(&buf[..end - 1])) {
-                        return Err(BodyError::Malformed);
+                        return Err(FramingError::Malformed);
                     }
                     *read += end + 1;
                     if *read > MAX_TRAILERS {
-                        return Err(BodyError::Malformed);
+                        return Err(FramingError::Malformed);
                     }
                     buf.advance(end + 1);
                     // The blank line ends the trailers and the body.
@@ -188,8 +190,8 @@ fn is_field_line(line: &[u8]) -> bool {
 }
 
 /// The buffer ran out inside the body: more to read, unless the upstream has closed.
-fn more(closed: bool) -> Result<Step, BodyError> {
-    if closed { Err(BodyError::Truncated) } else { Ok(Step::More) }
+fn more(closed: bool) -> Result<Step, FramingError> {
+    if closed { Err(FramingError::Truncated) } else { Ok(Step::More) }
 }
 
 #[cfg(test)]
@@ -203,7 +205,7 @@ mod tests {
         wire: &[u8],
         piece: usize,
         close_at_end: bool,
-    ) -> Result<(Vec<u8>, Vec<u8>), BodyError> {
+    ) -> Result<(Vec<u8>, Vec<u8>), FramingError> {
         let mut d = Decoder::new(framing);
         let (mut buf, mut body, mut fed) = (BytesMut::new(), Vec::new(), 0);
         loop {
@@ -217,7 +219,7 @@ mod tests {
                 Step::More => {
                     assert!(fed < wire.len() || !close_at_end, "More after the close");
                     if fed == wire.len() {
-                        return Err(BodyError::Truncated);
+                        return Err(FramingError::Truncated);
                     }
                     let n = piece.min(wire.len() - fed);
                     buf.extend_from_slice(&wire[fed..fed + n]);
@@ -259,7 +261,7 @@ mod tests {
         ] {
             assert_eq!(
                 decode(framing, wire, 3, true).map(|_| ()),
-                Err(BodyError::Truncated),
+                Err(FramingError::Truncated),
                 "{:?}",
                 String::from_utf8_lossy(wire)
             );
@@ -290,7 +292,7 @@ mod tests {
         ] {
             assert_eq!(
                 decode(Framing::Chunked, wire, 7, false).map(|_| ()),
-                Err(BodyError::Malformed),
+                Err(FramingError::Malformed),
                 "{:?}",
                 String::from_utf8_lossy(&wire[..wire.len().min(40)])
             );
