@@ -9,7 +9,7 @@
 //! exactly once, in exactly its own spelling, and its value must read the same whether `;`
 //! separates pairs or not.
 
-use crate::body_key::BodyRefusal;
+use crate::body_refusal::BodyRefusal;
 
 /// A form body whose every pair decodes (valid escapes, UTF-8): fields are looked up by name.
 #[derive(Debug, Clone, PartialEq, Eq)]

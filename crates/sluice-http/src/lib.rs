@@ -32,6 +32,7 @@
 
 pub mod account;
 pub mod body_key;
+pub mod body_refusal;
 pub mod enforce;
 pub mod form_body;
 pub mod headers;
