@@ -13,13 +13,13 @@ use tokio::net::TcpListener;
 
 /// A raw HTTP/1.1 upstream answering `ok` to every request; it counts connections and requests,
 /// and closes a connection after `close_after` requests on it (0: never).
-struct Raw {
+struct CountingUpstream {
     addr: std::net::SocketAddr,
     connections: Arc<AtomicUsize>,
     requests: Arc<AtomicUsize>,
 }
 
-async fn raw_upstream(close_after: usize) -> Raw {
+async fn raw_upstream(close_after: usize) -> CountingUpstream {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -59,10 +59,10 @@ async fn raw_upstream(close_after: usize) -> Raw {
             });
         }
     });
-    Raw { addr, connections, requests }
+    CountingUpstream { addr, connections, requests }
 }
 
-fn config(up: &Raw) -> String {
+fn config(up: &CountingUpstream) -> String {
     format!(
         "[upstream]\nurl = \"http://{}\"\ntimeout_ms = 5000\n\n[[policy]]\nname = \"p\"\nalgorithm = \"token-bucket\"\ncapacity = 100000\nrefill_per_second = 1\n\n[[route]]\npath = \"/*\"\nlimits = [{{ policy = \"p\", key = \"ip\" }}]\n",
         up.addr

@@ -33,9 +33,12 @@ pub(crate) struct LeanConn<S = TcpStream> {
     state: Mutex<State<S>>,
 }
 
+/// A request waiting for its reply.
 #[derive(Default)]
-struct Slot {
+struct Waiter {
+    /// Who to wake when its reply is in (or it is the next to read the socket).
     waker: Option<Waker>,
+    /// It gave up waiting: its reply is read and dropped.
     abandoned: bool,
 }
 
@@ -50,7 +53,7 @@ struct State<S> {
     end: usize,
     /// The ticket of `waiting[0]`, the request whose reply comes next.
     first: u64,
-    waiting: VecDeque<Slot>,
+    waiting: VecDeque<Waiter>,
     /// Why the connection is unusable, once it is.
     broken: Option<(io::ErrorKind, String)>,
     /// The ticket of the request that writes the batch being gathered in `out`, if one is.
@@ -108,7 +111,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> LeanConn<S> {
             }
             let was_empty = st.out.is_empty();
             encode(&mut st.out);
-            st.waiting.push_back(Slot::default());
+            st.waiting.push_back(Waiter::default());
             let ticket = st.first + st.waiting.len() as u64 - 1;
             let alone = st.waiting.len() == 1;
             let batch = !alone && was_empty && st.batch.is_none();
