@@ -252,6 +252,40 @@ pub trait Face: Sized {
     }
 }
 
+/// Decides a request's `limits` (in the async fn that acts on it): those that need no body
+/// ([`Lifecycle::bodiless`]) then, only if they admit and a limit keys on the body,
+/// [`Lifecycle::with_body`]. A macro for the reason `act!` is one: the ruling is moved from the
+/// limiter's future once, into the caller's. A request that goes no further is answered by the
+/// face: the macro returns from the async fn it is in.
+macro_rules! decide {
+    ($lifecycle:expr, $at:expr, $limits:expr, $loosen:expr, $path:expr, $client:expr, $asked:expr, $face:expr) => {{
+        let (lifecycle, at, limits) = ($lifecycle, $at, $limits);
+        let (first, deciding) = match lifecycle.bodiless(at, limits, $loosen, $path, $client, $asked) {
+            Ok(first) => first,
+            Err(answer) => return Ok($face.answer(answer)),
+        };
+        let ruling = lifecycle.limiter.decide(first).await;
+        match deciding.body {
+            Some(kind) if ruling.allowed() => {
+                match lifecycle.with_body(at, limits, (deciding.facts, kind), ruling, &mut $face).await {
+                    Ok(ruling) => ruling,
+                    Err(answer) => return Ok($face.answer(answer)),
+                }
+            }
+            _ => ruling,
+        }
+    }};
+}
+
+/// What the checks of a request's limits that need no body were built from, for those that do.
+struct Deciding<'r> {
+    /// The request's facts, its body not yet read.
+    facts: RequestFacts<'r>,
+    /// `Some` when a limit keys on the body: its kind, as [`body_kind`] read it from the
+    /// headers.
+    body: Option<Option<BodyKind>>,
+}
+
 /// Carries out a decided request's action (in the async fn that decided it): the denial or 503
 /// answered, or the shaping delay slept and the request passed on, its response given the
 /// rate-limit headers; then observed, once, with the response's status.
@@ -327,10 +361,7 @@ impl<'a> Lifecycle<'a> {
             return Ok(face.body_unreadable(index));
         }
         let at = Counted::Route(index, &route.name);
-        let ruling = match self.decide(at, &route.limits, route.loosen, &path, client, &request, &mut face).await {
-            Ok(ruling) => ruling,
-            Err(answer) => return Ok(face.answer(answer)),
-        };
+        let ruling = decide!(self, at, &route.limits, route.loosen, &path, client, asked, face);
         drop(path);
         act!(self, F, at, ruling, request, face)
     }
@@ -350,15 +381,13 @@ impl<'a> Lifecycle<'a> {
         F: Face,
         F::Request: Asks,
     {
-        let path = match route_path(request.asked().path) {
+        let asked = request.asked();
+        let path = match route_path(asked.path) {
             Ok(p) => p,
             Err(refused) => return Ok(self.refuse(None, &refused, &face)),
         };
         let at = Counted::Named(name);
-        let ruling = match self.decide(at, limits, Loosen::default(), &path, client, &request, &mut face).await {
-            Ok(ruling) => ruling,
-            Err(answer) => return Ok(face.answer(answer)),
-        };
+        let ruling = decide!(self, at, limits, Loosen::default(), &path, client, asked, face);
         drop(path);
         act!(self, F, at, ruling, request, face)
     }
@@ -376,25 +405,20 @@ impl<'a> Lifecycle<'a> {
         act!(self, F, at, ruling, request, face)
     }
 
-    /// Decides `limits` for the request: those that need no body first — a client whose quota is
-    /// spent is refused before its body is read, and each body read is charged to it — then,
-    /// only if they admit, the body is read and the limits that key on it decided. The answer,
-    /// already counted, when the request goes no further.
-    #[allow(clippy::too_many_arguments)]
-    async fn decide<F: Face>(
+    /// The checks of `limits` that need no body (decided first: a client whose quota is spent is
+    /// refused before its body is read, and each body read is charged to it), and what the rest
+    /// is decided from. The answer, already counted, when the request goes no further.
+    // The answer is as large as the checks beside it, and returned only when the request ends.
+    #[allow(clippy::too_many_arguments, clippy::result_large_err)]
+    fn bodiless<'r>(
         &self,
-        at: Counted<'_>,
+        at: Counted<'r>,
         limits: &[RouteLimit],
         loosen: Loosen,
-        path: &str,
-        client: &Client,
-        request: &F::Request,
-        face: &mut F,
-    ) -> Result<Ruling<'a>, Answer>
-    where
-        F::Request: Asks,
-    {
-        let asked = request.asked();
+        path: &'r str,
+        client: &'r Client,
+        asked: Asked<'r>,
+    ) -> Result<(Checks, Deciding<'r>), Answer> {
         let facts = RequestFacts {
             method: asked.method,
             path,
@@ -408,19 +432,31 @@ impl<'a> Lifecycle<'a> {
         };
         // A body the route keys on must be read as the application will read it: its content
         // type and the query string are checked before anything is charged.
-        let with_body = needs_body(limits);
-        let kind: Option<BodyKind> = match with_body {
-            true => body_kind(limits, loosen, asked.headers, asked.query)
-                .map_err(|why| self.refused(Some(at), &why.into()))?,
+        let body = match needs_body(limits) {
+            true => Some(
+                body_kind(limits, loosen, asked.headers, asked.query)
+                    .map_err(|why| self.refused(Some(at), &why.into()))?,
+            ),
             false => None,
         };
-        let limiter = self.limiter;
-        let first =
-            limiter.checks_of(limits, &facts, |l| !l.key.needs_body()).map_err(|why| self.refused(Some(at), &why))?;
-        let ruling = limiter.decide(first).await;
-        if !with_body || !ruling.allowed() {
-            return Ok(ruling);
-        }
+        let first = self
+            .limiter
+            .checks_of(limits, &facts, |l| !l.key.needs_body())
+            .map_err(|why| self.refused(Some(at), &why))?;
+        Ok((first, Deciding { facts, body }))
+    }
+
+    /// Reads the body of a request the bodiless checks of `limits` admitted (`ruling`), and
+    /// decides the limits that key on it. The answer, already counted, when the request goes no
+    /// further.
+    async fn with_body<F: Face>(
+        &self,
+        at: Counted<'_>,
+        limits: &[RouteLimit],
+        (facts, kind): (RequestFacts<'_>, Option<BodyKind>),
+        ruling: Ruling<'a>,
+        face: &mut F,
+    ) -> Result<Ruling<'a>, Answer> {
         let prefix = match face.read_body().await {
             Ok(p) => p,
             Err(answer) => {
@@ -431,9 +467,11 @@ impl<'a> Lifecycle<'a> {
         let keyed = keyable_body(limits, kind, &prefix.bytes, prefix.complete)
             .map_err(|why| self.refused(Some(at), &why.into()))?;
         let facts = RequestFacts { body: keyed.as_ref(), ..facts };
-        let later =
-            limiter.checks_of(limits, &facts, |l| l.key.needs_body()).map_err(|why| self.refused(Some(at), &why))?;
-        Ok(ruling.then(limiter.decide(later).await))
+        let later = self
+            .limiter
+            .checks_of(limits, &facts, |l| l.key.needs_body())
+            .map_err(|why| self.refused(Some(at), &why))?;
+        Ok(ruling.then(self.limiter.decide(later).await))
     }
 
     /// A decided request's answer (a denial, a 503, or the response of what the face passed it
