@@ -210,8 +210,8 @@ impl Gateway {
         }
         let (head, body) = req.into_parts();
         // Every body is cut when it stalls, read for keys or streamed upstream.
-        let body = Some(ReplayBody::untouched(loaded.body_watch.watch(body)));
-        let face = Proxied { loaded, client: &client, body };
+        let mut body = Some(ReplayBody::untouched(loaded.body_watch.watch(body)));
+        let face = Proxied { loaded, client: &client, body: &mut body };
         Lifecycle::new(&loaded.limiter, &loaded.observed).routed(&loaded.config.routes, &client, head, face).await
     }
 }
@@ -226,8 +226,9 @@ struct Proxied<'l> {
     /// Who sent it (the upstream is told).
     client: &'l Client,
     /// The request body, watched for stalls; replayable once a prefix was read. `None` only
-    /// while it is being read.
-    body: Option<ReplayBody>,
+    /// while it is being read. Borrowed from [`Gateway::route`]'s future rather than held: the
+    /// face is moved at each step of the lifecycle, and the body is over 200 bytes.
+    body: &'l mut Option<ReplayBody>,
 }
 
 impl Face for Proxied<'_> {
@@ -254,7 +255,7 @@ impl Face for Proxied<'_> {
         _: &Ruling<'_>,
     ) -> Result<Response<Body>, Dropped> {
         let loaded = self.loaded;
-        Ok(match (&loaded.upstream, self.body) {
+        Ok(match (&loaded.upstream, self.body.take()) {
             (Some(up), Some(body)) => {
                 up.forward(Request::from_parts(head, body), self.client, &loaded.forwarding).await
             }
@@ -271,7 +272,7 @@ impl Face for Proxied<'_> {
     }
 
     async fn unmatched(self, head: http::request::Parts) -> Result<Response<Body>, Dropped> {
-        Ok(match (&self.loaded.upstream, self.body) {
+        Ok(match (&self.loaded.upstream, self.body.take()) {
             (Some(up), Some(body)) => {
                 up.forward(Request::from_parts(head, body), self.client, &self.loaded.forwarding).await
             }
@@ -301,7 +302,7 @@ impl Face for Proxied<'_> {
         let read = read_prefix(incoming, s.max_body_bytes);
         match tokio::time::timeout(Duration::from_nanos(s.body_timeout), read).await {
             Ok(Ok(prefix)) => {
-                self.body = Some(prefix.body);
+                *self.body = Some(prefix.body);
                 Ok(BodyPrefix { bytes: prefix.bytes, complete: prefix.complete })
             }
             Ok(Err(cut)) => Err(cut.answer()),

@@ -252,6 +252,70 @@ pub trait Face: Sized {
     }
 }
 
+/// Decides a request's `limits` (in the async fn that acts on it): those that need no body
+/// ([`Lifecycle::bodiless`]) then, only if they admit and a limit keys on the body,
+/// [`Lifecycle::with_body`]. A macro for the reason `act!` is one: the ruling is moved from the
+/// limiter's future once, into the caller's. A request that goes no further is answered by the
+/// face: the macro returns from the async fn it is in.
+macro_rules! decide {
+    ($lifecycle:expr, $at:expr, $limits:expr, $loosen:expr, $path:expr, $client:expr, $asked:expr, $face:expr) => {{
+        let (lifecycle, at, limits) = ($lifecycle, $at, $limits);
+        let (first, deciding) = match lifecycle.bodiless(at, limits, $loosen, $path, $client, $asked) {
+            Ok(first) => first,
+            Err(answer) => return Ok($face.answer(answer)),
+        };
+        let ruling = lifecycle.limiter.decide(first).await;
+        match deciding.body {
+            Some(kind) if ruling.allowed() => {
+                match lifecycle.with_body(at, limits, (deciding.facts, kind), ruling, &mut $face).await {
+                    Ok(ruling) => ruling,
+                    Err(answer) => return Ok($face.answer(answer)),
+                }
+            }
+            _ => ruling,
+        }
+    }};
+}
+
+/// What the checks of a request's limits that need no body were built from, for those that do.
+struct Deciding<'r> {
+    /// The request's facts, its body not yet read.
+    facts: RequestFacts<'r>,
+    /// `Some` when a limit keys on the body: its kind, as [`body_kind`] read it from the
+    /// headers.
+    body: Option<Option<BodyKind>>,
+}
+
+/// Carries out a decided request's action (in the async fn that decided it): the denial or 503
+/// answered, or the shaping delay slept and the request passed on, its response given the
+/// rate-limit headers; then observed, once, with the response's status.
+///
+/// Why a macro and not an async fn: every async fn a request goes through is one more future
+/// its arguments and the futures it awaits are moved into (memcpy of their whole size). Passing
+/// the request, the face and the ruling through an `act` future cost the proxied request about
+/// 1,500 instructions (bench/instructions.sh); here the ruling stays where it was decided and
+/// the request and face move once, into [`Face::pass_on`] (or the face into its denial). Used
+/// last in an async fn: a denial returns from it.
+macro_rules! act {
+    ($lifecycle:expr, $face_type:ty, $at:expr, $ruling:expr, $request:expr, $face:expr) => {{
+        let (lifecycle, at, ruling) = ($lifecycle, $at, &$ruling);
+        let delay = match ruling.action() {
+            Action::Admit { delay } => delay,
+            Action::Deny(answer) => {
+                return lifecycle.answered::<$face_type>(at, ruling, $face.deny(at, ruling, answer));
+            }
+            Action::Unavailable(answer) => {
+                return lifecycle.answered::<$face_type>(at, ruling, $face.unavailable(at, ruling, answer));
+            }
+        };
+        if <$face_type as Face>::HOLDS_DELAY && !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let passed = $face.pass_on($request, at, ruling).await;
+        lifecycle.passed::<$face_type>(at, ruling, passed)
+    }};
+}
+
 /// One face's way through the pipeline: its limiter, and who is told of each request.
 pub struct Lifecycle<'a> {
     /// Decides: identity, keys, store, answers.
@@ -297,12 +361,9 @@ impl<'a> Lifecycle<'a> {
             return Ok(face.body_unreadable(index));
         }
         let at = Counted::Route(index, &route.name);
-        let ruling = match self.decide(at, &route.limits, route.loosen, &path, client, &request, &mut face).await {
-            Ok(ruling) => ruling,
-            Err(answer) => return Ok(face.answer(answer)),
-        };
+        let ruling = decide!(self, at, &route.limits, route.loosen, &path, client, asked, face);
         drop(path);
-        self.act(at, ruling, request, face).await
+        act!(self, F, at, ruling, request, face)
     }
 
     /// `request`, from `client`, under every one of `limits` (the tower layer: no routes),
@@ -320,17 +381,15 @@ impl<'a> Lifecycle<'a> {
         F: Face,
         F::Request: Asks,
     {
-        let path = match route_path(request.asked().path) {
+        let asked = request.asked();
+        let path = match route_path(asked.path) {
             Ok(p) => p,
             Err(refused) => return Ok(self.refuse(None, &refused, &face)),
         };
         let at = Counted::Named(name);
-        let ruling = match self.decide(at, limits, Loosen::default(), &path, client, &request, &mut face).await {
-            Ok(ruling) => ruling,
-            Err(answer) => return Ok(face.answer(answer)),
-        };
+        let ruling = decide!(self, at, limits, Loosen::default(), &path, client, asked, face);
         drop(path);
-        self.act(at, ruling, request, face).await
+        act!(self, F, at, ruling, request, face)
     }
 
     /// Checks the face built itself (the decision API names its keys): decided, acted on and
@@ -343,28 +402,23 @@ impl<'a> Lifecycle<'a> {
         face: F,
     ) -> Result<F::Response, F::Error> {
         let ruling = self.limiter.decide(checks).await;
-        self.act(at, ruling, request, face).await
+        act!(self, F, at, ruling, request, face)
     }
 
-    /// Decides `limits` for the request: those that need no body first — a client whose quota is
-    /// spent is refused before its body is read, and each body read is charged to it — then,
-    /// only if they admit, the body is read and the limits that key on it decided. The answer,
-    /// already counted, when the request goes no further.
-    #[allow(clippy::too_many_arguments)]
-    async fn decide<F: Face>(
+    /// The checks of `limits` that need no body (decided first: a client whose quota is spent is
+    /// refused before its body is read, and each body read is charged to it), and what the rest
+    /// is decided from. The answer, already counted, when the request goes no further.
+    // The answer is as large as the checks beside it, and returned only when the request ends.
+    #[allow(clippy::too_many_arguments, clippy::result_large_err)]
+    fn bodiless<'r>(
         &self,
-        at: Counted<'_>,
+        at: Counted<'r>,
         limits: &[RouteLimit],
         loosen: Loosen,
-        path: &str,
-        client: &Client,
-        request: &F::Request,
-        face: &mut F,
-    ) -> Result<Ruling<'a>, Answer>
-    where
-        F::Request: Asks,
-    {
-        let asked = request.asked();
+        path: &'r str,
+        client: &'r Client,
+        asked: Asked<'r>,
+    ) -> Result<(Checks, Deciding<'r>), Answer> {
         let facts = RequestFacts {
             method: asked.method,
             path,
@@ -378,19 +432,31 @@ impl<'a> Lifecycle<'a> {
         };
         // A body the route keys on must be read as the application will read it: its content
         // type and the query string are checked before anything is charged.
-        let with_body = needs_body(limits);
-        let kind: Option<BodyKind> = match with_body {
-            true => body_kind(limits, loosen, asked.headers, asked.query)
-                .map_err(|why| self.refused(Some(at), &why.into()))?,
+        let body = match needs_body(limits) {
+            true => Some(
+                body_kind(limits, loosen, asked.headers, asked.query)
+                    .map_err(|why| self.refused(Some(at), &why.into()))?,
+            ),
             false => None,
         };
-        let limiter = self.limiter;
-        let first =
-            limiter.checks_of(limits, &facts, |l| !l.key.needs_body()).map_err(|why| self.refused(Some(at), &why))?;
-        let ruling = limiter.decide(first).await;
-        if !with_body || !ruling.allowed() {
-            return Ok(ruling);
-        }
+        let first = self
+            .limiter
+            .checks_of(limits, &facts, |l| !l.key.needs_body())
+            .map_err(|why| self.refused(Some(at), &why))?;
+        Ok((first, Deciding { facts, body }))
+    }
+
+    /// Reads the body of a request the bodiless checks of `limits` admitted (`ruling`), and
+    /// decides the limits that key on it. The answer, already counted, when the request goes no
+    /// further.
+    async fn with_body<F: Face>(
+        &self,
+        at: Counted<'_>,
+        limits: &[RouteLimit],
+        (facts, kind): (RequestFacts<'_>, Option<BodyKind>),
+        ruling: Ruling<'a>,
+        face: &mut F,
+    ) -> Result<Ruling<'a>, Answer> {
         let prefix = match face.read_body().await {
             Ok(p) => p,
             Err(answer) => {
@@ -401,45 +467,40 @@ impl<'a> Lifecycle<'a> {
         let keyed = keyable_body(limits, kind, &prefix.bytes, prefix.complete)
             .map_err(|why| self.refused(Some(at), &why.into()))?;
         let facts = RequestFacts { body: keyed.as_ref(), ..facts };
-        let later =
-            limiter.checks_of(limits, &facts, |l| l.key.needs_body()).map_err(|why| self.refused(Some(at), &why))?;
-        Ok(ruling.then(limiter.decide(later).await))
+        let later = self
+            .limiter
+            .checks_of(limits, &facts, |l| l.key.needs_body())
+            .map_err(|why| self.refused(Some(at), &why))?;
+        Ok(ruling.then(self.limiter.decide(later).await))
     }
 
-    /// Carries out a decided request's action: the denial or 503 answered, or the shaping delay
-    /// slept and the request passed on, its response given the rate-limit headers; then observed,
-    /// once, with the response's status.
-    async fn act<F: Face>(
+    /// A decided request's answer (a denial, a 503, or the response of what the face passed it
+    /// on to), observed once with its status.
+    fn answered<F: Face>(
         &self,
         at: Counted<'_>,
-        ruling: Ruling<'_>,
-        request: F::Request,
-        face: F,
+        ruling: &Ruling<'_>,
+        answered: Result<F::Response, F::Error>,
     ) -> Result<F::Response, F::Error> {
-        let delay = match ruling.action() {
-            Action::Admit { delay } => delay,
-            Action::Deny(answer) => {
-                let answered = face.deny(at, &ruling, answer);
-                self.observer.decided(at, &ruling, answered.as_ref().map_or(0, F::status));
-                return answered;
-            }
-            Action::Unavailable(answer) => {
-                let answered = face.unavailable(at, &ruling, answer);
-                self.observer.decided(at, &ruling, answered.as_ref().map_or(0, F::status));
-                return answered;
-            }
-        };
-        if F::HOLDS_DELAY && !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        let passed = face.pass_on(request, at, &ruling).await.map(|mut res| {
+        self.observer.decided(at, ruling, answered.as_ref().map_or(0, F::status));
+        answered
+    }
+
+    /// [`Lifecycle::answered`], for what the face passed the request on to: its response gets
+    /// the rate-limit headers first.
+    fn passed<F: Face>(
+        &self,
+        at: Counted<'_>,
+        ruling: &Ruling<'_>,
+        passed: Result<F::Response, F::Error>,
+    ) -> Result<F::Response, F::Error> {
+        let passed = passed.map(|mut res| {
             if let Some(headers) = F::headers_mut(&mut res) {
                 ruling.write_headers(headers);
             }
             res
         });
-        self.observer.decided(at, &ruling, passed.as_ref().map_or(0, F::status));
-        passed
+        self.answered::<F>(at, ruling, passed)
     }
 
     /// Counts a request refused before any limit decided it, and gives its answer.
