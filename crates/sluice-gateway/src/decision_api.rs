@@ -222,17 +222,7 @@ impl Face for Replied<'_> {
     /// Shaping is the caller's to do: the reply says how long (`delay_ms`), at once.
     const HOLDS_DELAY: bool = false;
 
-    fn answer(&self, answer: Answer) -> Response<Body> {
-        respond::answer(answer)
-    }
-
-    fn status(response: &Response<Body>) -> u16 {
-        response.status().as_u16()
-    }
-
-    fn headers_mut(response: &mut Response<Body>) -> Option<&mut HeaderMap> {
-        Some(response.headers_mut())
-    }
+    respond::server_responses!();
 
     async fn pass_on(self, _: (), _: Counted<'_>, ruling: &Ruling<'_>) -> Result<Response<Body>, Infallible> {
         Ok(self.reply(ruling))

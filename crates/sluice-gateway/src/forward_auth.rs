@@ -217,17 +217,7 @@ impl<'a> Face for Asking<'a> {
     type Response = Response<Body>;
     type Error = Infallible;
 
-    fn answer(&self, answer: Answer) -> Response<Body> {
-        respond::answer(answer)
-    }
-
-    fn status(response: &Response<Body>) -> u16 {
-        response.status().as_u16()
-    }
-
-    fn headers_mut(response: &mut Response<Body>) -> Option<&mut HeaderMap> {
-        Some(response.headers_mut())
-    }
+    respond::server_responses!();
 
     async fn pass_on(self, _: Asked<'_>, at: Counted<'_>, _: &Ruling<'_>) -> Result<Response<Body>, Infallible> {
         Ok(respond::json(200, &respond::Allowed { status: "allowed", route: at.name() }))

@@ -236,17 +236,7 @@ impl Face for Proxied<'_> {
     type Response = Response<Body>;
     type Error = Dropped;
 
-    fn answer(&self, answer: Answer) -> Response<Body> {
-        respond::answer(answer)
-    }
-
-    fn status(response: &Response<Body>) -> u16 {
-        response.status().as_u16()
-    }
-
-    fn headers_mut(response: &mut Response<Body>) -> Option<&mut http::HeaderMap> {
-        Some(response.headers_mut())
-    }
+    respond::server_responses!();
 
     async fn pass_on(
         self,

@@ -47,3 +47,23 @@ pub struct Allowed<'a> {
     /// The route's name.
     pub route: &'a str,
 }
+
+/// The three [`sluice_http::lifecycle::Face`] methods of a face answering with the server's
+/// responses: sluice's answers as [`answer`], the response's status, its headers for the
+/// rate-limit fields. Written once for the gateway, forward-auth and the decision API.
+macro_rules! server_responses {
+    () => {
+        fn answer(&self, answer: sluice_http::response::Answer) -> http::Response<$crate::respond::Body> {
+            $crate::respond::answer(answer)
+        }
+
+        fn status(response: &http::Response<$crate::respond::Body>) -> u16 {
+            response.status().as_u16()
+        }
+
+        fn headers_mut(response: &mut http::Response<$crate::respond::Body>) -> Option<&mut http::HeaderMap> {
+            Some(response.headers_mut())
+        }
+    };
+}
+pub(crate) use server_responses;
