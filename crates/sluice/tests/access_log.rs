@@ -463,6 +463,41 @@ limits = [{ policy = "per-ip", key = ["header:x-api-key", "route"] }]
 }
 
 #[test]
+fn form_keyed_routes_are_not_simulable_like_json_keyed_ones() {
+    let dir = TempDir::new("unsimulable-form");
+    let config = dir.write(
+        "gateway.toml",
+        r#"
+[[policy]]
+name = "per-account"
+algorithm = "fixed-window"
+limit = 1
+window = "1m"
+
+[[route]]
+path = "/login"
+methods = ["POST"]
+limits = [{ policy = "per-account", key = "form:username" }]
+"#,
+    );
+    let line = |second: u32| {
+        format!("203.0.113.9 - - [10/Oct/2000:20:55:{second:02} +0000] \"POST /login HTTP/1.1\" 200 1 \"-\" \"ua\"\n")
+    };
+    let log = dir.write("access.log", &[line(1), line(2)].concat());
+    let v = json_ok(&["--config", &config, "--access-log", &log]);
+    // Deciding them with the field absent would put every login in one bucket: 1 admitted, 1
+    // denied, a finding the gateway would never make.
+    assert_eq!(v["not_simulated"], 2, "{v}");
+    let login = &v["routes"][0];
+    assert_eq!(login["simulable"], false);
+    assert_eq!(
+        login["not_simulable_because"],
+        "key part form:username reads the request body, which an access log does not record"
+    );
+    assert!(login.get("admitted").is_none() && login.get("denied").is_none(), "{login}");
+}
+
+#[test]
 fn out_of_order_lines_are_sorted_within_the_window_and_late_beyond_it() {
     let dir = TempDir::new("order");
     let config = dir.write(
