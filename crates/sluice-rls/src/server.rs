@@ -143,19 +143,26 @@ fn refused(e: &crate::service::RlsError) {
 }
 
 /// Reloads `rls` on every SIGHUP until the process ends ([`Rls::reload`] logs and counts it); a
-/// refused reload keeps the running descriptors and is also told on stderr.
-pub async fn reload_on_hangup(rls: Arc<Rls>) {
+/// refused reload keeps the running descriptors and is also told on stderr. The signal is
+/// listened for from this call on, not from the future's first poll: a SIGHUP sent once the
+/// service answers is never missed (call it, then spawn the future, before serving). Must be
+/// called within a tokio runtime.
+pub fn reload_on_hangup(rls: Arc<Rls>) -> impl std::future::Future<Output = ()> + Send {
     #[cfg(unix)]
-    {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
-        while hup.recv().await.is_some() {
-            if let Err(e) = rls.reload() {
-                refused(&e);
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    async move {
+        #[cfg(unix)]
+        {
+            let Some(mut hup) = hup else { return };
+            while hup.recv().await.is_some() {
+                if let Err(e) = rls.reload() {
+                    refused(&e);
+                }
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = rls;
+        #[cfg(not(unix))]
+        {
+            let _ = rls;
+        }
     }
 }
