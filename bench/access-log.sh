@@ -14,9 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 lines="${1:-2000000}"
-target="${CARGO_TARGET_DIR:-target}"
-cargo build --release -q -p sluice
-bin="$target/release/sluice"
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+bin=$(sluice_binary)
 
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT

@@ -4,6 +4,7 @@
 #
 #   bash bench/gateway.sh            # 10 s per case
 #   DURATION=5s CONNECTIONS=64 bash bench/gateway.sh
+#   SLUICE_BIN=/path/to/older/sluice bash bench/gateway.sh   # another build, no cargo
 #
 # Cases: the demo route /api/hello answered by the server itself, admitted and denied; and proxy
 # mode, where both forward admitted requests to the same upstream (a separate static nginx
@@ -28,8 +29,7 @@ need wrk wrk
 need nginx nginx-light
 service nginx stop >/dev/null 2>&1 || true
 
-cargo build --release -q -p sluice
-SLUICE=${CARGO_TARGET_DIR:-target}/release/sluice
+SLUICE=$(sluice_binary)
 dir=$(mktemp -d)
 pids=()
 cleanup() {

@@ -6,6 +6,7 @@
 #
 #   bash bench/instructions.sh              # 3 s of wrk -c4 per case
 #   SECONDS_PER_CASE=5 bash bench/instructions.sh
+#   SLUICE_BIN=/path/to/older/sluice bash bench/instructions.sh   # another build, no cargo
 #
 # Each server runs under callgrind twice: once for start-up and one request (subtracted), once
 # under load; the difference divided by the requests served is its cost per request.
@@ -25,8 +26,7 @@ for tool in valgrind:valgrind wrk:wrk nginx:nginx-light curl:curl; do
   fi
 done
 
-cargo build --release -q -p sluice
-SLUICE=$(realpath "${CARGO_TARGET_DIR:-target}")/release/sluice
+SLUICE=$(sluice_binary)
 dir=$(mktemp -d)
 chmod 755 "$dir"
 upstream_pid=""
@@ -65,9 +65,12 @@ error_log $dir/front.log crit;
 events { worker_connections 1024; }
 http { access_log off; default_type application/json;
   limit_req_zone \$binary_remote_addr zone=open:10m rate=100000000r/s;
+  limit_req_zone \$binary_remote_addr zone=shut:10m rate=1r/m;
+  limit_req_status 429;
   upstream up { server 127.0.0.1:$UP; keepalive 128; }
   server { listen 127.0.0.1:$NGX; root $dir/www;
     location = /api/hello { limit_req zone=open burst=100000000 nodelay; try_files /hello.json =404; }
+    location = /api/shut { limit_req zone=shut; try_files /hello.json =404; }
     location = /hello.json { limit_req zone=open burst=100000000 nodelay;
       proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://up/hello.json; } } }
 NGINX
@@ -110,7 +113,12 @@ n_demo=$(per_request nginx-demo "http://127.0.0.1:$NGX/api/hello" nginx -c "$dir
 # under valgrind (valgrind would count `env` and let the program it runs go uncounted).
 s_demo=$(PORT=$SEED RATE_LIMIT_CAPACITY=1000000000 RATE_LIMIT_REFILL_PER_SECOND=100000000 \
   per_request sluice-demo "http://127.0.0.1:$SEED/api/hello" "$SLUICE" serve)
+# Denied: every request but the first (the one that showed the server was up) is refused.
+n_shut=$(per_request nginx-shut "http://127.0.0.1:$NGX/api/shut" nginx -c "$dir/front.conf" -p "$dir")
+s_shut=$(PORT=$SEED RATE_LIMIT_CAPACITY=1 RATE_LIMIT_REFILL_PER_SECOND=0.0001 \
+  per_request sluice-shut "http://127.0.0.1:$SEED/api/hello" "$SLUICE" serve)
 printf '%-32s %10s %10s %8s\n' "case" "nginx" "sluice" "ratio"
 printf '%-32s %10s %10s %8s\n' "proxy mode, admitted" "$n_proxy" "$s_proxy" "$(awk -v a="$s_proxy" -v b="$n_proxy" 'BEGIN { printf "%.2f", a / b }')"
 printf '%-32s %10s %10s %8s\n' "demo route, admitted" "$n_demo" "$s_demo" "$(awk -v a="$s_demo" -v b="$n_demo" 'BEGIN { printf "%.2f", a / b }')"
+printf '%-32s %10s %10s %8s\n' "demo route, denied" "$n_shut" "$s_shut" "$(awk -v a="$s_shut" -v b="$n_shut" 'BEGIN { printf "%.2f", a / b }')"
 echo "(ratio: sluice's instructions per request over nginx's; below 1 is fewer)"

@@ -1,5 +1,16 @@
 # What the benchmark scripts share (sourced, not run).
 
+# The sluice binary under measure, as an absolute path: $SLUICE_BIN when set (an earlier build, to
+# compare two versions in one sitting), else this checkout's release build, built first.
+sluice_binary() {
+  if [ -n "${SLUICE_BIN:-}" ]; then
+    realpath "$SLUICE_BIN"
+  else
+    cargo build --release -q -p sluice >&2
+    realpath "${CARGO_TARGET_DIR:-target}/release/sluice"
+  fi
+}
+
 # A free TCP port on 127.0.0.1.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 

@@ -228,7 +228,7 @@ impl Face for Replied<'_> {
         Ok(self.reply(ruling))
     }
 
-    fn deny(self, _: Counted<'_>, ruling: &Ruling<'_>, _: Answer) -> Result<Response<Body>, Infallible> {
+    fn deny(self, _: Counted<'_>, ruling: &Ruling<'_>) -> Result<Response<Body>, Infallible> {
         let mut res = self.reply(ruling);
         ruling.write_denied_headers(res.headers_mut());
         Ok(res)

@@ -223,7 +223,8 @@ impl<'a> Face for Asking<'a> {
         Ok(respond::json(200, &respond::Allowed { status: "allowed", route: at.name() }))
     }
 
-    fn deny(self, _: Counted<'_>, _: &Ruling<'_>, mut answer: Answer) -> Result<Response<Body>, Infallible> {
+    fn deny(self, _: Counted<'_>, ruling: &Ruling<'_>) -> Result<Response<Body>, Infallible> {
+        let mut answer = ruling.denial();
         if let Some(status) = self.config.forward_auth.as_ref().and_then(|f| StatusCode::from_u16(f.deny_status).ok()) {
             answer.status = status;
         }

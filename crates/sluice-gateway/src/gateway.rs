@@ -254,10 +254,10 @@ impl Face for Proxied<'_> {
         })
     }
 
-    fn deny(self, _: Counted<'_>, _: &Ruling<'_>, answer: Answer) -> Result<Response<Body>, Dropped> {
+    fn deny(self, _: Counted<'_>, ruling: &Ruling<'_>) -> Result<Response<Body>, Dropped> {
         match self.loaded.config.server.on_deny {
             OnDeny::Drop => Err(Dropped),
-            _ => Ok(respond::answer(answer)),
+            _ => Ok(respond::answer(ruling.denial())),
         }
     }
 

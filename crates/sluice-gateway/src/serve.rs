@@ -62,10 +62,9 @@ pub async fn serve<H: Handler>(
                 };
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
-                let service = service_fn(move |req| {
-                    let handler = handler.clone();
-                    async move { handler.handle(peer, req).await }
-                });
+                // The handler's own future, not one wrapping it: every layer of future is one
+                // more copy of the request's whole state as it is moved into place.
+                let service = service_fn(move |req| Arc::clone(&handler).handle(peer, req));
                 let conn = http1::Builder::new()
                     // One sleep per connection for every request's header read timeout.
                     .timer(ConnTimer::default())

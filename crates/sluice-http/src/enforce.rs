@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sluice_core::{Decision, Nanos, Policy};
-use sluice_store::{Check, Degraded, Store, StoreError};
+use sluice_store::{Check, Degraded, Reported, Store, StoreError};
 
 use crate::headers::LimitView;
 
@@ -187,8 +187,10 @@ impl Enforcer {
         self.policies.get(check.policy).filter(|p| !p.shadow)
     }
 
-    /// Decides `checks` for one request.
-    pub async fn decide(&self, checks: &[Check]) -> Result<Outcome, StoreError> {
+    /// Decides `checks` for one request at once, when nothing needs awaiting: no checks, or
+    /// no shadow check and a store that decides at once ([`Store::decide_at_once`]). `None`:
+    /// ask [`Enforcer::decide`].
+    pub fn decide_at_once(&self, checks: &[Check]) -> Option<Result<Outcome, StoreError>> {
         if checks.is_empty() {
             // Nothing to ask (a route whose every limit waits for the body): no round trip.
             let none = Outcome {
@@ -200,22 +202,26 @@ impl Enforcer {
                 degraded: None,
                 store_answered: false,
             };
-            return Ok(none);
+            return Some(Ok(none));
         }
-        let any_shadow = checks.iter().any(|c| self.policies.get(c.policy).is_some_and(|p| p.shadow));
-        if !any_shadow {
-            let reported = self.store.decide_reported(checks, None).await?;
-            let v = reported.verdict;
-            let describe = v.tightest();
-            return Ok(Outcome {
-                allowed: v.allowed,
-                decisions: v.decisions,
-                describe,
-                shadow_denied: Vec::new(),
-                not_evaluated: Vec::new(),
-                degraded: reported.degraded,
-                store_answered: reported.answered,
-            });
+        if self.any_shadow(checks) {
+            return None;
+        }
+        Some(self.store.decide_at_once(checks)?.map(enforced))
+    }
+
+    /// True when one of `checks` is of a shadow policy.
+    fn any_shadow(&self, checks: &[Check]) -> bool {
+        checks.iter().any(|c| self.policies.get(c.policy).is_some_and(|p| p.shadow))
+    }
+
+    /// Decides `checks` for one request.
+    pub async fn decide(&self, checks: &[Check]) -> Result<Outcome, StoreError> {
+        if let Some(decided) = self.decide_at_once(checks) {
+            return decided;
+        }
+        if !self.any_shadow(checks) {
+            return self.store.decide_reported(checks, None).await.map(enforced);
         }
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(|p| p.shadow));
@@ -257,6 +263,20 @@ impl Enforcer {
             degraded,
             store_answered,
         })
+    }
+}
+
+/// The outcome of checks none of which is shadow: the store's verdict, as reported.
+fn enforced(reported: Reported) -> Outcome {
+    let v = reported.verdict;
+    Outcome {
+        describe: v.tightest(),
+        allowed: v.allowed,
+        decisions: v.decisions,
+        shadow_denied: Vec::new(),
+        not_evaluated: Vec::new(),
+        degraded: reported.degraded,
+        store_answered: reported.answered,
     }
 }
 

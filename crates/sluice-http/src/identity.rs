@@ -76,6 +76,11 @@ impl ClientIdentity {
     /// assert_eq!(c.grouped.to_string(), "2001:db8:1:200::");
     /// ```
     pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Client {
+        if self.trusted.is_empty() {
+            // Nobody is trusted (the default): the peer is the client, nothing else is read.
+            let ip = unmap(peer);
+            return Client { ip, grouped: self.group(ip), peer_trusted: false };
+        }
         let ip = self.client_ip(peer, headers);
         Client { ip, grouped: self.group(ip), peer_trusted: self.is_trusted(peer) }
     }

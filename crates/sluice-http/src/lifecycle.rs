@@ -12,8 +12,10 @@
 //!
 //! The faces: the gateway (pass on = proxy, or answer 200 itself), forward-auth (answer 200 to
 //! the proxy that asked), the tower layer (call the inner service), the decision API (answer the
-//! decision in JSON; its checks are named by the caller, [`Lifecycle::checked`]) and the
-//! simulator's judge (record the decision). Each differs only in its [`Face`].
+//! decision in JSON; its checks are named by the caller, [`Lifecycle::checked`]), the seed
+//! service (answer the tutorial's JSON), Envoy's rate-limit service (answer Envoy; it decides
+//! its descriptors itself, [`Lifecycle::ruled`]) and the simulator's judge (record the
+//! decision). Each differs only in its [`Face`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -209,19 +211,19 @@ pub trait Face: Sized {
         ruling: &Ruling<'_>,
     ) -> impl Future<Output = Result<Self::Response, Self::Error>>;
 
-    /// Answers a request denied under `at`; by default with `answer` (the deny status, `Retry-After`, the
-    /// rate-limit headers, the JSON body). A face may change the status, write its own body, or
-    /// drop the connection.
-    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>, answer: Answer) -> Result<Self::Response, Self::Error> {
-        let _ = (at, ruling);
-        Ok(self.answer(answer))
+    /// Answers a request denied under `at`; by default with [`Ruling::denial`] (the deny status,
+    /// `Retry-After`, the rate-limit headers, the JSON body). A face may change the status, write
+    /// its own body, or drop the connection.
+    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Self::Response, Self::Error> {
+        let _ = at;
+        Ok(self.answer(ruling.denial()))
     }
 
     /// Answers a request the store could not decide (and whose failure mode does not admit);
-    /// by default with `answer` (503).
-    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>, answer: Answer) -> Result<Self::Response, Self::Error> {
+    /// by default with 503 ([`Answer::limiter_unavailable`]).
+    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Self::Response, Self::Error> {
         let _ = (at, ruling);
-        Ok(self.answer(answer))
+        Ok(self.answer(Answer::limiter_unavailable()))
     }
 
     /// Answers a request no route matches; by default a JSON 404.
@@ -252,6 +254,18 @@ pub trait Face: Sized {
     }
 }
 
+/// `checks` decided by `limiter`: at once when the store needs nothing awaited, else awaited.
+/// A macro, so that no future is made for a store that decides at once.
+macro_rules! decided {
+    ($limiter:expr, $checks:expr) => {{
+        let limiter: &Limiter = $limiter;
+        match limiter.decide_at_once($checks) {
+            Ok(ruling) => ruling,
+            Err(checks) => limiter.decide(checks).await,
+        }
+    }};
+}
+
 /// Decides a request's `limits` (in the async fn that acts on it): those that need no body
 /// ([`Lifecycle::bodiless`]) then, only if they admit and a limit keys on the body,
 /// [`Lifecycle::with_body`]. A macro for the reason `act!` is one: the ruling is moved from the
@@ -264,7 +278,7 @@ macro_rules! decide {
             Ok(first) => first,
             Err(answer) => return Ok($face.answer(answer)),
         };
-        let ruling = lifecycle.limiter.decide(first).await;
+        let ruling = decided!(lifecycle.limiter, first);
         match deciding.body {
             Some(kind) if ruling.allowed() => {
                 match lifecycle.with_body(at, limits, (deciding.facts, kind), ruling, &mut $face).await {
@@ -301,11 +315,11 @@ macro_rules! act {
         let (lifecycle, at, ruling) = ($lifecycle, $at, &$ruling);
         let delay = match ruling.action() {
             Action::Admit { delay } => delay,
-            Action::Deny(answer) => {
-                return lifecycle.answered::<$face_type>(at, ruling, $face.deny(at, ruling, answer));
+            Action::Deny => {
+                return lifecycle.answered::<$face_type>(at, ruling, $face.deny(at, ruling));
             }
-            Action::Unavailable(answer) => {
-                return lifecycle.answered::<$face_type>(at, ruling, $face.unavailable(at, ruling, answer));
+            Action::Unavailable => {
+                return lifecycle.answered::<$face_type>(at, ruling, $face.unavailable(at, ruling));
             }
         };
         if <$face_type as Face>::HOLDS_DELAY && !delay.is_zero() {
@@ -401,7 +415,20 @@ impl<'a> Lifecycle<'a> {
         request: F::Request,
         face: F,
     ) -> Result<F::Response, F::Error> {
-        let ruling = self.limiter.decide(checks).await;
+        let ruling = decided!(self.limiter, checks);
+        act!(self, F, at, ruling, request, face)
+    }
+
+    /// A ruling the face reached itself, acted on and observed under `at`: the rate-limit
+    /// service decides a request's descriptors in one store call or several, as its charging
+    /// says, and then answers through the lifecycle like every face.
+    pub async fn ruled<F: Face>(
+        &self,
+        at: Counted<'_>,
+        ruling: Ruling<'_>,
+        request: F::Request,
+        face: F,
+    ) -> Result<F::Response, F::Error> {
         act!(self, F, at, ruling, request, face)
     }
 
@@ -471,7 +498,7 @@ impl<'a> Lifecycle<'a> {
             .limiter
             .checks_of(limits, &facts, |l| l.key.needs_body())
             .map_err(|why| self.refused(Some(at), &why))?;
-        Ok(ruling.then(self.limiter.decide(later).await))
+        Ok(ruling.then(decided!(self.limiter, later)))
     }
 
     /// A decided request's answer (a denial, a 503, or the response of what the face passed it

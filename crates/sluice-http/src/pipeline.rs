@@ -11,14 +11,17 @@
 //! only in where the facts come from and what they do with the [`Action`].
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, StatusCode};
-use sluice_config::{Config, HeaderStyle, PathRefusal, RouteLimit, request_path};
+use sluice_config::{Config, HeaderStyle, KeySource, PathRefusal, RouteLimit, request_path};
 use sluice_core::{Clock, SystemClock};
-use sluice_store::{Check, KeyHasher, Store, StoreError};
+use sluice_store::{Check, KeyHash, KeyHasher, Store, StoreError};
+use smallvec::SmallVec;
 
 use crate::body_key::BodyRefusal;
 use crate::enforce::{Enforcer, Outcome, PolicyInfo};
@@ -45,6 +48,9 @@ pub struct Limiter {
     clock: SystemClock,
     /// Publish each limit's key hash as its `pk` (partition key) in the `ietf` headers.
     partition_keys: bool,
+    /// Tells this limiter's keys from another's in a worker thread's last `ip` key
+    /// ([`Limiter::ip_key`]); never reused.
+    id: u64,
 }
 
 /// How much of a request's time went where.
@@ -73,21 +79,26 @@ pub enum Action {
         /// How long to hold the request first.
         delay: Duration,
     },
-    /// Answer with this denial; the request goes no further.
-    Deny(Answer),
-    /// The store could not decide and its failure mode does not admit: answer 503.
-    Unavailable(Answer),
+    /// Deny it ([`Ruling::denial`] is sluice's answer); the request goes no further.
+    Deny,
+    /// The store could not decide and its failure mode does not admit: answer 503
+    /// ([`Answer::limiter_unavailable`]).
+    Unavailable,
 }
+
+/// One value per check of a request: inline up to two (most routes have one or two limits), on
+/// the heap beyond. Read it as a slice.
+pub type PerCheck<T> = SmallVec<[T; 2]>;
 
 /// A request's checks, not yet decided.
 #[derive(Debug, Clone)]
 pub struct Checks {
     /// One check per limit decided, in the limits' order.
-    checks: Vec<Check>,
+    checks: PerCheck<Check>,
     /// The kind of key of each check.
-    kinds: Vec<KeyKind>,
+    kinds: PerCheck<KeyKind>,
     /// Where each check's limit stands in the face's list of limits (a route's), for counters.
-    positions: Vec<usize>,
+    positions: PerCheck<usize>,
     /// When key building started (the decision's timing starts there).
     started: Instant,
 }
@@ -96,7 +107,12 @@ impl Checks {
     /// Checks built by the caller (the decision API names its keys), each with its key kind.
     pub fn new(checks: Vec<Check>, kinds: Vec<KeyKind>) -> Self {
         let positions = (0..checks.len()).collect();
-        Self { checks, kinds, positions, started: Instant::now() }
+        Self {
+            checks: SmallVec::from_vec(checks),
+            kinds: SmallVec::from_vec(kinds),
+            positions,
+            started: Instant::now(),
+        }
     }
 }
 
@@ -182,11 +198,11 @@ pub struct Ruling<'a> {
     /// The limiter that decided (for the policies and the response settings).
     limiter: &'a Limiter,
     /// One check per limit, in the limits' order.
-    pub checks: Vec<Check>,
+    pub checks: PerCheck<Check>,
     /// The kind of key each check was decided on (same order), for logs.
-    pub kinds: Vec<KeyKind>,
+    pub kinds: PerCheck<KeyKind>,
     /// Where each check's limit stands in the face's list of limits (same order).
-    pub positions: Vec<usize>,
+    pub positions: PerCheck<usize>,
     /// Where the time went.
     pub timing: Timing,
     /// Every check's decision, or why the store could not decide.
@@ -203,7 +219,9 @@ impl Limiter {
         styles: Vec<HeaderStyle>,
         deny_status: StatusCode,
     ) -> Self {
-        Self { enforcer, keys, identity, styles, deny_status, clock: SystemClock::new(), partition_keys: false }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        Self { enforcer, keys, identity, styles, deny_status, clock: SystemClock::new(), partition_keys: false, id }
     }
 
     /// The same limiter, publishing (or not) each limit's key hash (the keyed 128-bit hash,
@@ -271,9 +289,7 @@ impl Limiter {
         which: impl Fn(&RouteLimit) -> bool,
     ) -> Result<Checks, Refusal> {
         let started = Instant::now();
-        let mut checks = Vec::with_capacity(limits.len());
-        let mut kinds = Vec::with_capacity(limits.len());
-        let mut positions = Vec::with_capacity(limits.len());
+        let (mut checks, mut kinds, mut positions) = (PerCheck::new(), PerCheck::new(), PerCheck::new());
         // The request's token is verified at most once, whichever limits read it.
         let memo = TokenMemo::default();
         for (i, l) in limits.iter().enumerate().filter(|(_, l)| which(l)) {
@@ -284,7 +300,10 @@ impl Limiter {
                 continue;
             }
             let name = self.enforcer.policies().get(l.policy).map_or("", |p| p.name.as_str());
-            let (key, kind) = self.keys.key_in(name, &l.key, facts, &memo)?;
+            let (key, kind) = match &l.key.parts[..] {
+                [chain] if chain[..] == [KeySource::Ip] => (self.ip_key(l.policy, name, facts.client.grouped), "ip"),
+                _ => self.keys.key_in(name, &l.key, facts, &memo)?,
+            };
             checks.push(Check { policy: l.policy, key, cost: l.cost });
             kinds.push(kind);
             positions.push(i);
@@ -292,11 +311,47 @@ impl Limiter {
         Ok(Checks { checks, kinds, positions, started })
     }
 
+    /// The key of a limit keyed `ip` alone, on policy `policy` (called `name`), for the client
+    /// address `grouped`: [`KeyBuilder::ip_key`], the same as [`KeyBuilder::key_in`] builds.
+    /// The requests of one connection come from one address: each worker thread keeps the last
+    /// key it hashed, for this limiter and policy (the keyed hash is a good part of a
+    /// request's cost).
+    fn ip_key(&self, policy: usize, name: &str, grouped: IpAddr) -> KeyHash {
+        thread_local! {
+            static LAST: Cell<Option<(u64, usize, IpAddr, KeyHash)>> = const { Cell::new(None) };
+        }
+        LAST.with(|last| match last.get() {
+            Some((id, p, ip, key)) if id == self.id && p == policy && ip == grouped => key,
+            _ => {
+                let key = self.keys.ip_key(name, grouped);
+                last.set(Some((self.id, policy, grouped, key)));
+                key
+            }
+        })
+    }
+
     /// Decides `checks` together (admitted only if every enforced limit admits).
     pub async fn decide(&self, checks: Checks) -> Ruling<'_> {
-        let Checks { checks, kinds, positions, started } = checks;
         let asked = Instant::now();
-        let outcome = self.enforcer.decide(&checks).await;
+        let outcome = self.enforcer.decide(&checks.checks).await;
+        self.ruling(checks, asked, outcome)
+    }
+
+    /// [`Limiter::decide`] when nothing needs awaiting ([`Enforcer::decide_at_once`]: the
+    /// memory store): no future is made for it. The checks back when the store must be awaited.
+    // The error is the checks, handed back as they came, not an error to report.
+    #[allow(clippy::result_large_err)]
+    pub fn decide_at_once(&self, checks: Checks) -> Result<Ruling<'_>, Checks> {
+        let asked = Instant::now();
+        match self.enforcer.decide_at_once(&checks.checks) {
+            Some(outcome) => Ok(self.ruling(checks, asked, outcome)),
+            None => Err(checks),
+        }
+    }
+
+    /// The ruling of `checks`, asked of the store at `asked`.
+    fn ruling(&self, checks: Checks, asked: Instant, outcome: Result<Outcome, StoreError>) -> Ruling<'_> {
+        let Checks { checks, kinds, positions, started } = checks;
         let timing = Timing::since(started, asked);
         if let Err(e) = &outcome {
             tracing::debug!(target: "sluice::store", error = %e, "store could not decide");
@@ -379,13 +434,20 @@ impl Ruling<'_> {
     pub fn action(&self) -> Action {
         let outcome = match &self.outcome {
             Ok(o) => o,
-            Err(_) => return Action::Unavailable(Answer::limiter_unavailable()),
+            Err(_) => return Action::Unavailable,
         };
-        if outcome.allowed {
-            return Action::Admit { delay: Duration::from_nanos(outcome.delay()) };
+        match outcome.allowed {
+            true => Action::Admit { delay: Duration::from_nanos(outcome.delay()) },
+            false => Action::Deny,
         }
+    }
+
+    /// The answer to a denied request: the deny status, `Retry-After`, the rate-limit headers
+    /// and the JSON body. Built only when asked for: a face with an answer of its own (the
+    /// decision API, the seed service, Envoy's) never pays for it.
+    pub fn denial(&self) -> Answer {
         let l = self.limiter;
-        Action::Deny(Answer::denial(l.deny_status, self.views(), self.described(), &l.styles, l.unix_now()))
+        Answer::denial(l.deny_status, self.views(), self.described(), &l.styles, l.unix_now())
     }
 
     /// Writes the rate-limit headers of an admitted request into its response's `headers`.
@@ -401,5 +463,70 @@ impl Ruling<'_> {
     pub fn write_denied_headers(&self, headers: &mut HeaderMap) {
         let l = self.limiter;
         write_denied(headers, &l.styles, self.views(), self.described(), l.unix_now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::ManualClock;
+    use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
+
+    use super::*;
+    use crate::jwt::TokenMemo;
+
+    fn limiter(config: &Config, secret: &[u8]) -> Limiter {
+        let clock = Arc::new(ManualClock::new(0));
+        let named = config.policies.iter().map(|p| NamedPolicy { name: p.name.clone(), policy: p.policy });
+        let store = Arc::new(MemoryStore::new(named.collect(), MemoryOptions::default(), clock));
+        Limiter::of_config(config, store, KeyHasher::from_secret(secret))
+    }
+
+    #[test]
+    fn a_remembered_ip_key_is_the_key_built_for_that_limiter_policy_and_address() {
+        let config = sluice_config::parse(
+            "t.toml",
+            r#"
+[[policy]]
+name = "p"
+algorithm = "fixed-window"
+limit = 9
+window = "1m"
+[[policy]]
+name = "q"
+algorithm = "fixed-window"
+limit = 9
+window = "1m"
+[[route]]
+path = "/*"
+limits = [{ policy = "p", key = "ip" }, { policy = "q", key = "ip" }, { policy = "p", key = "ip" }]
+"#,
+        )
+        .unwrap();
+        let limits = &config.routes[0].limits;
+        let (a, b) = (limiter(&config, b"one secret"), limiter(&config, b"another secret"));
+        let headers = HeaderMap::new();
+        let mut seen = Vec::new();
+        // Limiters, addresses and policies interleaved: each key must be the one built from
+        // scratch, never a neighbour's remembered one.
+        for (l, ip) in [(&a, "192.0.2.1"), (&a, "192.0.2.1"), (&b, "192.0.2.1"), (&a, "2001:db8::1"), (&a, "192.0.2.1")]
+        {
+            let ip: IpAddr = ip.parse().unwrap();
+            let client = Client { ip, grouped: ip, peer_trusted: false };
+            let facts =
+                RequestFacts { method: "GET", path: "/", route: "/*", client: &client, headers: &headers, body: None };
+            let checks = l.checks(limits, &facts).unwrap();
+            for (check, limit) in checks.checks.iter().zip(limits) {
+                let name = &config.policies[limit.policy].name;
+                let built = l.keys().key_in(name, &limit.key, &facts, &TokenMemo::default()).unwrap().0;
+                assert_eq!(check.key, built, "{ip} on {name}");
+            }
+            assert_eq!(checks.kinds[..], ["ip"; 3]);
+            assert_ne!(checks.checks[0].key, checks.checks[1].key, "each policy its own key");
+            seen.push(checks.checks[0].key);
+        }
+        assert_eq!(seen[0], seen[1]);
+        assert_ne!(seen[0], seen[2], "another limiter's secret, another key");
+        assert_ne!(seen[0], seen[3]);
+        assert_eq!(seen[0], seen[4]);
     }
 }

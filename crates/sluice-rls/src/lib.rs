@@ -47,6 +47,7 @@ mod answer;
 mod descriptor_match;
 pub mod descriptors;
 mod error;
+mod face;
 pub mod grpc;
 pub mod json;
 mod loader;

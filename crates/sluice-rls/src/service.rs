@@ -1,6 +1,7 @@
 //! The rate-limit service: a request's descriptors matched (`descriptor_match`), decided
-//! through sluice's pipeline (`store_checks`), answered as envoyproxy/ratelimit answers
-//! (`answer`); reloads and `limit` overrides' policies.
+//! through sluice's pipeline (`store_checks`), acted on and observed through the request
+//! lifecycle (`face`), answered as envoyproxy/ratelimit answers (`answer`); reloads and `limit`
+//! overrides' policies.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -10,17 +11,17 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice_config::{Config, RlsCharge};
 use sluice_core::{Clock, Policy};
-use sluice_gateway::observe::{LimitCounts, Observer, PendingLine, Reload};
+use sluice_gateway::observe::{LimitCounts, Observer, Reload};
 use sluice_gateway::stores::StoreBuilder;
+use sluice_http::lifecycle::{Counted, Lifecycle};
 use sluice_http::pipeline::Ruling;
 use sluice_store::KeyHasher;
 use thiserror::Error;
 use tonic::Status;
 
-use crate::answer::answer;
 use crate::descriptor_match::{self, Override, ResolvedDescriptor};
 use crate::error::RlsConfigError;
-use crate::json::status_of;
+use crate::face::{self, Answering};
 use crate::loader::{DirStamp, load_dir_stamped};
 use crate::metrics::{Metrics, Result as Outcome};
 use crate::snapshot::{Env, MAX_OVERRIDE_POLICIES, Snapshot};
@@ -206,7 +207,8 @@ impl Rls {
     }
 
     /// Decides one request: its descriptors resolved (overrides registered first), `replaces`
-    /// applied, the store's checks decided, counted and logged, answered.
+    /// applied, the store's checks decided; then acted on, answered, counted and logged through
+    /// the request lifecycle ([`face`]).
     async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
             return Err(Status::invalid_argument("rate limit domain must not be empty"));
@@ -223,18 +225,30 @@ impl Rls {
         let over_without_store = descriptors.iter().any(ResolvedDescriptor::over_without_store);
         let live: Vec<usize> = descriptors.iter().filter_map(ResolvedDescriptor::check).collect();
         let (ruling, decided) = decide_checks(&snap, self.charge, &checks, &live, over_without_store).await;
-        let line = record(&snap, &request.domain, ruling, over_without_store);
-        let decisions = match decided {
-            Ok(d) => d,
-            Err(s) => {
-                // The status `POST /json` answers a store failure with.
-                emit(line, http::StatusCode::INTERNAL_SERVER_ERROR.as_u16());
-                return Err(s);
-            }
+        let face = Answering {
+            descriptors: &descriptors,
+            decided,
+            now: self.clock.now(),
+            metrics: &self.metrics,
+            styles: &self.env.styles,
         };
-        let response = answer(&descriptors, &decisions, self.clock.now(), &self.metrics, &self.env.styles);
-        emit(line, status_of(&response).as_u16());
-        Ok(response)
+        let Some(mut ruling) = ruling else {
+            // The store decided nothing: no limit applied (unmatched), or a descriptor is over a
+            // limit the store never sees (counted only in `sluice_rls_descriptors_total`).
+            if !over_without_store {
+                snap.observed.unmatched();
+            }
+            return face.answered();
+        };
+        if over_without_store {
+            denied_whatever_the_store_said(&mut ruling);
+        }
+        let observed = face::Observed(&snap);
+        let lifecycle = Lifecycle::new(&snap.limiter, &observed);
+        match lifecycle.ruled(Counted::Named(&request.domain), ruling, (), face).await {
+            Ok(answer) => answer,
+            Err(never) => match never {},
+        }
     }
 
     /// The load in use, with the policies of `overrides` it lacks registered first.
@@ -249,37 +263,12 @@ impl Rls {
     }
 }
 
-/// Counts a request's decision in the route of its `domain`, as the gateway counts its own, and
-/// picks its decision line. `ruling` is what the store decided at the descriptors' costs; none
-/// when it decided nothing: a request no limit applied to counts as `unmatched`, one over a
-/// limit the store never sees (`requests_per_unit: 0`, a cost above the limit) only in
-/// `sluice_rls_descriptors_total`. Such a descriptor denies the request whatever the store
-/// decided (`over_without_store`): the request counts as denied, and gets a decision line only
-/// when a store check denied too.
-fn record<'s>(
-    snap: &'s Snapshot,
-    domain: &str,
-    ruling: Option<Ruling<'_>>,
-    over_without_store: bool,
-) -> Option<PendingLine<'s>> {
-    let Some(mut ruling) = ruling else {
-        if !over_without_store {
-            snap.observed.unmatched();
-        }
-        return None;
-    };
-    if over_without_store && let Ok(o) = &mut ruling.outcome {
+/// A request one of whose descriptors is over a limit the store never sees
+/// (`requests_per_unit: 0`, a cost above the limit) is denied whatever the store decided: it
+/// counts as denied, and its headers describe a limit that denied, if a store check did.
+fn denied_whatever_the_store_said(ruling: &mut Ruling<'_>) {
+    if let Ok(o) = &mut ruling.outcome {
         o.allowed = false;
         o.describe = o.describe.filter(|&i| !o.decisions[i].allowed);
-    }
-    let route = snap.route(domain);
-    Some(route.record(&ruling.checks, &ruling.kinds, snap.limiter.policies(), &ruling.outcome, ruling.timing))
-}
-
-/// Writes a request's decision line, if it has one, with the HTTP status of its answer (what
-/// `POST /json` answers; gRPC carries the same code in its message).
-fn emit(line: Option<PendingLine<'_>>, status: u16) {
-    if let Some(line) = line {
-        line.emit(status);
     }
 }

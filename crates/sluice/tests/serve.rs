@@ -203,6 +203,32 @@ fn a_non_get_on_hello_is_405_and_counts_against_the_limit() {
 }
 
 #[test]
+fn other_spellings_of_the_hello_path_share_its_limit_and_ambiguous_ones_are_refused() {
+    // The seed routes as the gateway does: spellings of /api/hello that the tutorial's Express
+    // server routes to its handler (case, a trailing slash, `;params`, encoded letters) are the
+    // limited route, one bucket, never a way round it.
+    let sluice =
+        Sluice::start(&[], &[("PORT", "0"), ("RATE_LIMIT_CAPACITY", "3"), ("RATE_LIMIT_REFILL_PER_SECOND", "0.001")]);
+    let spellings = ["/API/Hello/", "/api//hello", "/api/hello;x=1", "/api/%68ello"];
+    let got: Vec<(u16, Option<String>)> = spellings
+        .iter()
+        .map(|p| {
+            let res = sluice.get(p);
+            (res.status, res.header("ratelimit-remaining").map(str::to_string))
+        })
+        .collect();
+    let want = [(200, Some("2")), (200, Some("1")), (200, Some("0")), (429, Some("0"))];
+    let want: Vec<(u16, Option<String>)> = want.iter().map(|(s, r)| (*s, r.map(str::to_string))).collect();
+    assert_eq!(got, want, "{spellings:?}");
+    // A path applications read differently is refused, never answered as another route.
+    for path in ["/api%2Fhello", "/api/hello%00", "/api\\hello", "//api/hello"] {
+        let res = sluice.get(path);
+        assert_eq!(res.status, 400, "{path}");
+        assert_eq!(res.header("ratelimit-remaining"), None, "{path}: nothing decided");
+    }
+}
+
+#[test]
 fn malformed_environment_values_stop_start_up_naming_variable_and_value() {
     for (var, value) in [
         ("RATE_LIMIT_CAPACITY", "abc"),

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use sluice_core::{Clock, Decision, Nanos};
 
 use crate::key::KeyHasher;
-use crate::store::{Check, KeyStats, NamedPolicy, Store, StoreError, StoreFuture, Verdict};
+use crate::store::{Check, KeyStats, NamedPolicy, Reported, Store, StoreError, StoreFuture, Verdict};
 use table::Table;
 
 pub use options::{FoldSize, MAX_FOLD_DEPTH, MemoryOptions, WhenFull};
@@ -308,6 +308,10 @@ impl Store for MemoryStore {
 
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn decide_at_once(&self, checks: &[Check]) -> Option<Result<Reported, StoreError>> {
+        Some(self.decide_now(checks).map(|verdict| Reported { verdict, degraded: None, answered: true }))
     }
 
     fn key_stats(&self) -> Vec<KeyStats> {

@@ -236,11 +236,11 @@ impl<'j, 'r> Face for Judged<'j, 'r> {
         Ok(self.decided(at, ruling))
     }
 
-    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>, _: Answer) -> Result<Judgement<'j>, Infallible> {
+    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Judgement<'j>, Infallible> {
         Ok(self.decided(at, ruling))
     }
 
-    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>, _: Answer) -> Result<Judgement<'j>, Infallible> {
+    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Judgement<'j>, Infallible> {
         Ok(self.decided(at, ruling))
     }
 
