@@ -159,6 +159,22 @@ pub enum OnInvalidToken {
     Fallback,
 }
 
+/// Checks the status of a denial: a 4xx or a 5xx (a client must see it was refused; 2xx or 3xx
+/// would be cached or followed as an answer). The one rule for `server.deny_status`,
+/// `forward_auth.deny_status` and the library's builder.
+///
+/// ```
+/// assert!(sluice_config::check_deny_status(429).is_ok() && sluice_config::check_deny_status(503).is_ok());
+/// assert_eq!(sluice_config::check_deny_status(200).unwrap_err(), "200 is not a 4xx or 5xx status");
+/// assert!(sluice_config::check_deny_status(1000).is_err());
+/// ```
+pub fn check_deny_status(status: u16) -> Result<(), String> {
+    match status {
+        400..=599 => Ok(()),
+        _ => Err(format!("{status} is not a 4xx or 5xx status")),
+    }
+}
+
 /// `[server]`
 #[derive(Debug, Clone, PartialEq)]
 pub struct Server {
@@ -501,6 +517,26 @@ pub struct KeySpec {
 }
 
 impl KeySpec {
+    /// A key as a limit's `key` writes it: each of `parts` one part, its sources separated by
+    /// `|` (`["header:x-api-key|ip", "path"]`). The one parser of keys: the configuration file
+    /// and the library's builder both read them here.
+    ///
+    /// ```
+    /// use sluice_config::{KeySource, KeySpec};
+    /// let key = KeySpec::parse(&["header:X-Api-Key|ip"]).unwrap();
+    /// assert_eq!(key.parts, [vec![KeySource::Header("x-api-key".into()), KeySource::Ip]]);
+    /// assert_eq!("ip".parse::<KeySpec>().unwrap(), KeySpec::parse(&["ip"]).unwrap());
+    /// assert!(KeySpec::parse::<&str>(&[]).is_err(), "a key names at least one part");
+    /// assert!(KeySpec::parse(&["cookie:sid"]).unwrap_err().contains("unknown key part"));
+    /// ```
+    pub fn parse<S: AsRef<str>>(parts: &[S]) -> Result<KeySpec, String> {
+        if parts.is_empty() {
+            return Err("key must name at least one part".into());
+        }
+        let parts = parts.iter().map(|p| crate::validate::key::key_part(p.as_ref())).collect::<Result<_, _>>()?;
+        Ok(KeySpec { parts })
+    }
+
     /// The kind of the first source of the first part: the "key type" for logs.
     pub fn kind(&self) -> &'static str {
         self.parts.first().and_then(|p| p.first()).map_or("const", KeySource::kind)
@@ -509,6 +545,15 @@ impl KeySpec {
     /// True when some part reads the request body.
     pub fn needs_body(&self) -> bool {
         self.parts.iter().flatten().any(|s| s.body_field().is_some())
+    }
+}
+
+/// A key of one part (`"header:x-api-key|ip"`): [`KeySpec::parse`].
+impl std::str::FromStr for KeySpec {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<KeySpec, String> {
+        KeySpec::parse(&[text])
     }
 }
 

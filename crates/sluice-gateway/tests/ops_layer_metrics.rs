@@ -184,7 +184,11 @@ proptest! {
             });
             let mut decided = 0;
             for p in &paths {
-                let Ok(req) = http::Request::builder().uri(p.as_str()).body(String::new()) else { continue };
+                // The peer where the layer looks for it by default.
+                let peer = SocketAddr::from(([192, 0, 2, 1], 40000));
+                let Ok(req) = http::Request::builder().uri(p.as_str()).extension(peer).body(String::new()) else {
+                    continue;
+                };
                 let res = service.clone().oneshot(req).await.unwrap();
                 decided += usize::from(res.status() != 400);
             }

@@ -29,7 +29,6 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{ConnectInfo, Path};
 use axum::routing::get;
-use sluice_config::{KeySource, KeySpec};
 use sluice_core::{SystemClock, TokenBucket};
 use sluice_http::layer::RateLimitLayer;
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
@@ -46,10 +45,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(SystemClock::new()),
     );
     let limits = RateLimitLayer::builder(Arc::new(store))
-        // Every client address (IPv6 grouped by /56).
-        .limit("per-ip", KeySpec { parts: vec![vec![KeySource::Ip]] })
+        // Every client address (IPv6 grouped by /56). Keys are written as in a configuration
+        // file's limits.
+        .limit("per-ip", "ip")
         // Every API key; without the header, the address stands in for it.
-        .limit("per-key", KeySpec { parts: vec![vec![KeySource::Header("x-api-key".into()), KeySource::Ip]] })
+        .limit("per-key", "header:x-api-key|ip")
         // axum puts the socket peer in `ConnectInfo`; behind a proxy, add `.trusted_proxies(...)`.
         .peer(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
         .build()?;

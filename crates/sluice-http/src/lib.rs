@@ -43,3 +43,4 @@ pub mod layer;
 pub mod lifecycle;
 pub mod pipeline;
 pub mod response;
+pub mod store_health;

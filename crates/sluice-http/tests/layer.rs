@@ -14,7 +14,7 @@ use axum::routing::get;
 use http_body_util::BodyExt;
 use sluice_config::{HeaderStyle, KeySource, KeySpec};
 use sluice_core::{ManualClock, NANOS_PER_SEC, TokenBucket};
-use sluice_http::layer::{LayerError, RateLimitLayer};
+use sluice_http::layer::{IntoKey, LayerError, RateLimitLayer, RateLimitLayerBuilder};
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
 use tower::ServiceExt;
 
@@ -74,6 +74,25 @@ fn store() -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new(policies, MemoryOptions::default(), Arc::new(ManualClock::new(T0))))
 }
 
+/// A layer's builder for an axum app: the peer read from `ConnectInfo`, where axum's server
+/// puts it (and where these tests' requests carry it).
+fn axum_layer(store: Arc<dyn sluice_store::Store>) -> RateLimitLayerBuilder {
+    RateLimitLayer::builder(store).peer(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
+}
+
+/// A handler answering `answer` that counts its calls, and the count.
+fn counting(
+    answer: &'static str,
+) -> (impl Fn() -> std::future::Ready<&'static str> + Clone + Send + 'static, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let handler = move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(answer)
+    };
+    (handler, hits)
+}
+
 fn ip() -> KeySpec {
     KeySpec { parts: vec![vec![KeySource::Ip]] }
 }
@@ -84,28 +103,17 @@ fn api_key_or_ip() -> KeySpec {
 
 /// An axum app behind the layer, and how often the handler ran.
 fn app() -> (Client, Arc<AtomicUsize>) {
-    let layer = RateLimitLayer::builder(store())
-        .limit("per-ip", ip())
-        .limit("per-key", api_key_or_ip())
+    // Keys written as a route's limits write them in the configuration file.
+    let layer = axum_layer(store())
+        .limit("per-ip", "ip")
+        .limit("per-key", "header:x-api-key|ip")
         .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
         .headers(vec![HeaderStyle::Draft6, HeaderStyle::Ietf])
         .peer(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
         .build()
         .expect("layer builds");
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counted = hits.clone();
-    let app = Router::new()
-        .route(
-            "/hello",
-            get(move || {
-                let counted = counted.clone();
-                async move {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    "hello"
-                }
-            }),
-        )
-        .layer(layer);
+    let (handler, hits) = counting("hello");
+    let app = Router::new().route("/hello", get(handler)).layer(layer);
     (Client { app }, hits)
 }
 
@@ -151,21 +159,121 @@ async fn the_per_key_and_per_ip_limits_deny_with_429_and_headers_and_pass_otherw
 
 #[tokio::test]
 async fn limits_that_cannot_be_built_are_refused() {
-    let unknown = RateLimitLayer::builder(store()).limit("nope", ip()).build().err();
+    let unknown = axum_layer(store()).limit("nope", ip()).build().err();
     assert_eq!(unknown, Some(LayerError::UnknownPolicy("nope".into())));
     let body = KeySpec { parts: vec![vec![KeySource::Json("/email".into())]] };
-    let body_key = RateLimitLayer::builder(store()).limit("per-ip", body).build().err();
+    let body_key = axum_layer(store()).limit("per-ip", body).build().err();
     assert!(matches!(body_key, Some(LayerError::BodyKey(_))), "{body_key:?}");
     for cost in [0, 4] {
-        let refused = RateLimitLayer::builder(store()).limit_with_cost("per-ip", ip(), cost).build().err();
+        let refused = axum_layer(store()).limit_with_cost("per-ip", ip(), cost).build().err();
         assert_eq!(refused, Some(LayerError::Cost { policy: "per-ip".into(), cost, limit: 3 }));
     }
-    assert!(RateLimitLayer::builder(store()).limit_with_cost("per-ip", ip(), 3).build().is_ok());
+    assert!(axum_layer(store()).limit_with_cost("per-ip", ip(), 3).build().is_ok());
+}
+
+#[test]
+fn keys_read_as_the_configuration_file_reads_them() {
+    assert_eq!("header:X-Api-Key|ip".into_key(), Ok(api_key_or_ip()));
+    assert_eq!(["ip"].into_key(), Ok(ip()));
+    let two = ["header:x-api-key", "path"].into_key().unwrap();
+    assert_eq!(two.parts, [vec![KeySource::Header("x-api-key".into())], vec![KeySource::Path]]);
+    // What the file refuses, the builder refuses, with the file's words; and a key built by
+    // hand must name something (no key would put every client in one bucket).
+    let refused = |key: Result<KeySpec, String>| {
+        let built = axum_layer(store()).limit("per-ip", key_or(key)).build();
+        match built.err() {
+            Some(LayerError::Key { policy, error }) => {
+                assert_eq!(policy, "per-ip");
+                error
+            }
+            other => panic!("not refused as a key: {other:?}"),
+        }
+    };
+    assert!(refused("cookie:sid".into_key()).contains("unknown key part `cookie`"));
+    assert!(refused("json:email".into_key()).contains("is not a JSON pointer"));
+    assert!(refused("header:".into_key()).contains("needs a header name"));
+    assert!(refused(Vec::<&str>::new().as_slice().into_key()).contains("at least one part"));
+    assert!(refused(KeySpec { parts: Vec::new() }.into_key()).contains("at least one part"));
+    assert!(refused(KeySpec { parts: vec![Vec::new()] }.into_key()).contains("at least one source"));
+}
+
+/// A key given as it came, right or wrong (the test feeds the builder's errors through).
+fn key_or(key: Result<KeySpec, String>) -> impl IntoKey {
+    struct Given(Result<KeySpec, String>);
+    impl IntoKey for Given {
+        fn into_key(self) -> Result<KeySpec, String> {
+            self.0
+        }
+    }
+    Given(key)
+}
+
+#[test]
+fn a_deny_status_that_is_not_a_4xx_or_5xx_is_refused() {
+    for status in [200, 302, 399, 600, 1000] {
+        let built = axum_layer(store()).limit("per-ip", "ip").deny_status(status).build();
+        assert_eq!(built.err(), Some(LayerError::DenyStatus(format!("{status} is not a 4xx or 5xx status"))));
+    }
+    for status in [400, 429, 503, 599] {
+        assert!(axum_layer(store()).limit("per-ip", "ip").deny_status(status).build().is_ok());
+    }
+}
+
+#[tokio::test]
+async fn a_503_deny_status_is_what_a_denied_client_gets() {
+    let layer = axum_layer(store()).limit("per-ip", "ip").deny_status(503).build().unwrap();
+    let c = Client { app: Router::new().route("/", get(|| async { "ok" })).layer(layer) };
+    let statuses = [
+        c.get("/", &[]).await.status,
+        c.get("/", &[]).await.status,
+        c.get("/", &[]).await.status,
+        c.get("/", &[]).await.status,
+    ];
+    assert_eq!(statuses, [200, 200, 200, 503]);
+}
+
+#[test]
+fn the_layer_and_its_builder_say_what_they_limit_and_never_their_secret() {
+    let builder = axum_layer(store()).limit("per-key", "header:x-api-key|ip").key_secret(b"s3cret-value");
+    let shown = format!("{builder:?}");
+    assert!(shown.contains("per-key") && shown.contains("memory"), "{shown}");
+    let layer = builder.build().unwrap();
+    let shown = format!("{layer:?}");
+    assert!(shown.contains("per-key by header:x-api-key|ip (cost 1)"), "{shown}");
+    assert!(!shown.contains("s3cret") && !format!("{layer:#?}").contains("s3cret"), "{shown}");
+}
+
+#[tokio::test]
+async fn without_a_peer_a_limit_on_the_client_refuses_the_request_instead_of_one_bucket_for_all() {
+    // An axum app served without `into_make_service_with_connect_info` and a layer without
+    // `.peer(...)`: the layer cannot tell clients apart.
+    let (handler, hits) = counting("hello");
+    let send = |app: Router| async move {
+        let res = app.oneshot(http::Request::get("/").body(Body::empty()).unwrap()).await.unwrap();
+        let (parts, body) = res.into_parts();
+        (parts.status.as_u16(), body.collect().await.unwrap().to_bytes())
+    };
+    let per_ip = RateLimitLayer::builder(store()).limit("per-ip", "ip").build().unwrap();
+    let app = Router::new().route("/", get(handler.clone())).layer(per_ip);
+    for _ in 0..5 {
+        let (status, body) = send(app.clone()).await;
+        assert_eq!(status, 500);
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"], "no_client_address");
+        assert!(json["message"].as_str().unwrap().contains("into_make_service_with_connect_info"));
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing passed on unlimited");
+    // A key that falls back to the address needs it too; one that never reads the client does not.
+    let fallback = RateLimitLayer::builder(store()).limit("per-key", "header:x-api-key|ip").build().unwrap();
+    assert_eq!(send(Router::new().route("/", get(handler.clone())).layer(fallback)).await.0, 500);
+    let by_key = RateLimitLayer::builder(store()).limit("per-key", "header:x-api-key").build().unwrap();
+    assert_eq!(send(Router::new().route("/", get(handler)).layer(by_key)).await.0, 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn a_costly_limit_spends_its_cost_per_request() {
-    let layer = RateLimitLayer::builder(store()).limit_with_cost("per-ip", ip(), 2).build().unwrap();
+    let layer = axum_layer(store()).limit_with_cost("per-ip", ip(), 2).build().unwrap();
     let app = Router::new().route("/report", get(|| async { "report" })).layer(layer);
     let c = Client { app };
     let first = c.get("/report", &[]).await;
@@ -181,22 +289,66 @@ async fn a_store_that_cannot_decide_answers_503_without_calling_the_service() {
     let options = MemoryOptions { max_keys: 1, when_full: sluice_store::WhenFull::Refuse, ..MemoryOptions::default() };
     let policies = vec![NamedPolicy { name: "per-ip".into(), policy: TokenBucket::new(3, 0.001).unwrap().into() }];
     let store = Arc::new(MemoryStore::new(policies, options, Arc::new(ManualClock::new(T0))));
-    let layer = RateLimitLayer::builder(store).limit("per-ip", api_key_or_ip()).build().unwrap();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counted = hits.clone();
-    let handler = move || {
-        let counted = counted.clone();
-        async move {
-            counted.fetch_add(1, Ordering::SeqCst);
-            "ok"
-        }
-    };
+    let layer = axum_layer(store).limit("per-ip", api_key_or_ip()).build().unwrap();
+    let (handler, hits) = counting("ok");
     let c = Client { app: Router::new().route("/x", get(handler)).layer(layer) };
     assert_eq!(c.get("/x", &[("x-api-key", "first")]).await.status, 200);
     let refused = c.get("/x", &[("x-api-key", "second")]).await;
     assert_eq!((refused.status, refused.num("retry-after")), (503, 1));
     assert_eq!(refused.json()["error"], "limiter_unavailable");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+/// Log lines written while it lives, on this thread (tests run on a current-thread runtime).
+struct Logs {
+    lines: Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl Logs {
+    fn capture() -> Logs {
+        #[derive(Clone)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Sink(lines.clone());
+        let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
+        Logs { lines, _guard: tracing::subscriber::set_default(subscriber) }
+    }
+
+    fn count(&self, text: &str) -> usize {
+        String::from_utf8_lossy(&self.lines.lock().unwrap()).matches(text).count()
+    }
+}
+
+#[tokio::test]
+async fn without_an_observer_a_store_failure_is_logged_when_it_starts_and_ends_and_counted() {
+    let logs = Logs::capture();
+    let options = MemoryOptions { max_keys: 1, when_full: sluice_store::WhenFull::Refuse, ..MemoryOptions::default() };
+    let policies = vec![NamedPolicy { name: "per-ip".into(), policy: TokenBucket::new(3, 0.001).unwrap().into() }];
+    let store = Arc::new(MemoryStore::new(policies, options, Arc::new(ManualClock::new(T0))));
+    let layer = axum_layer(store).limit("per-ip", api_key_or_ip()).build().unwrap();
+    let c = Client { app: Router::new().route("/x", get(|| async { "ok" })).layer(layer.clone()) };
+    assert_eq!(c.get("/x", &[("x-api-key", "first")]).await.status, 200);
+    for _ in 0..3 {
+        assert_eq!(c.get("/x", &[("x-api-key", "newcomer")]).await.status, 503);
+    }
+    assert_eq!((layer.store_failures(), layer.store_failing()), (3, true));
+    assert_eq!(logs.count("the store cannot decide"), 1, "one line for the run, not one a request");
+    assert_eq!(logs.count("refuses new keys"), 1, "with its cause");
+    // The store decides again (a key it holds): the end of the run, logged once.
+    assert_eq!(c.get("/x", &[("x-api-key", "first")]).await.status, 200);
+    assert_eq!(c.get("/x", &[("x-api-key", "first")]).await.status, 200);
+    assert_eq!((layer.store_failures(), layer.store_failing()), (3, false));
+    assert_eq!(logs.count("the store decides again"), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -208,7 +360,7 @@ async fn a_shaping_limit_holds_each_request_for_its_delay_before_the_service_run
     let policy = LeakyBucket::new(1.0, 3, LeakMode::Shape { delay: 0 }).unwrap();
     let policies = vec![NamedPolicy { name: "paced".into(), policy: policy.into() }];
     let store = Arc::new(MemoryStore::new(policies, MemoryOptions::default(), Arc::new(ManualClock::new(T0))));
-    let layer = RateLimitLayer::builder(store).limit("paced", ip()).build().unwrap();
+    let layer = axum_layer(store).limit("paced", ip()).build().unwrap();
     let c = Client { app: Router::new().route("/q", get(|| async { "done" })).layer(layer) };
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -236,7 +388,7 @@ fn jwt_app(extra: &str) -> Client {
     let table = format!("[identity.jwt]\nhs256_secret = {:?}\n{extra}\n", jwt_keys::HS_SECRET);
     let cfg = sluice_config::parse("l.toml", &table).unwrap();
     let by_sub = KeySpec { parts: vec![vec![KeySource::Jwt("/sub".into()), KeySource::Ip]] };
-    let layer = RateLimitLayer::builder(store())
+    let layer = axum_layer(store())
         .limit("per-key", by_sub)
         .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
         .jwt(cfg.identity.jwt.clone().unwrap())

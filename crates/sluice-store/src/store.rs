@@ -109,6 +109,19 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+impl StoreError {
+    /// A short name for the kind of error, for metrics labels and log fields.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Cost { .. } => "cost",
+            StoreError::UnknownPolicy { .. } => "unknown_policy",
+            StoreError::Full { .. } => "full",
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
 /// Keys held by one policy of a store that keeps keys itself (the memory store), for metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyStats {

@@ -35,8 +35,6 @@ pub(super) fn forward_auth(
         ));
     }
     let deny_status = f.deny_status.unwrap_or(server.deny_status);
-    if !(400..=599).contains(&deny_status) {
-        return Err(err("deny_status", format!("{deny_status} is not a 4xx or 5xx status")));
-    }
+    check_deny_status(deny_status).map_err(|m| err("deny_status", m))?;
     Ok(ForwardAuth { path, deny_status })
 }

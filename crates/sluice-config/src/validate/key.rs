@@ -4,7 +4,7 @@
 use crate::model::*;
 
 /// Parses one key part: sources separated by `|`, tried in order.
-pub(super) fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
+pub(crate) fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
     text.split('|')
         .map(|s| {
             let s = s.trim();

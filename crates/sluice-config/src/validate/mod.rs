@@ -5,7 +5,7 @@ mod address;
 mod decision_api;
 mod decision_log;
 mod forward_auth;
-mod key;
+pub(crate) mod key;
 mod policy;
 mod rls;
 mod route;

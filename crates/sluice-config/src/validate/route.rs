@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use sluice_core::{CostError, check_cost};
 
-use super::key::{key_part, plan_source};
+use super::key::plan_source;
 use crate::error::{ConfigError, Source};
 use crate::model::*;
 use crate::path::{PathPattern, PathShape, normalize_path, request_path};
@@ -59,11 +59,7 @@ pub(super) fn route(
             RawKey::One(s) => vec![s],
             RawKey::Parts(v) => v,
         };
-        if texts.is_empty() {
-            return Err(lerr("", "key must name at least one part".into()));
-        }
-        let parts = texts.iter().map(|t| key_part(t)).collect::<Result<Vec<_>, _>>().map_err(|m| lerr("", m))?;
-        let key = KeySpec { parts };
+        let key = KeySpec::parse(&texts).map_err(|m| lerr("", m))?;
         let needs_source = |s: &KeySource| -> Result<(), ConfigError> {
             match s.base() {
                 KeySource::User if server.user_header.is_none() => {

@@ -63,9 +63,7 @@ pub(super) fn server(
             .collect::<Result<_, _>>()?,
     };
     let deny_status = s.deny_status.unwrap_or(429);
-    if !(400..=599).contains(&deny_status) {
-        return Err(err("deny_status", format!("{deny_status} is not a 4xx or 5xx status")));
-    }
+    check_deny_status(deny_status).map_err(|m| err("deny_status", m))?;
     let on_deny = match s.on_deny.as_deref().unwrap_or("respond") {
         "respond" => OnDeny::Respond,
         "drop" => OnDeny::Drop,

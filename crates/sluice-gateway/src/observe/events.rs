@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use sluice_config::{Config, StoreConfig};
 
 /// The tracing target of service events.
-pub const TARGET: &str = "sluice::event";
+pub const TARGET: &str = sluice_http::store_health::EVENT_TARGET;
 
 /// What a reload read again: named in its `reload` event (`of`), counted in the same
 /// `sluice_config_reloads_total` family whatever it is.

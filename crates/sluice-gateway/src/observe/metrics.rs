@@ -377,13 +377,7 @@ fn register(registry: &mut Registry, name: &str, help: &str, metric: impl Metric
 
 /// A short, bounded name for a store error: the `kind` label of `sluice_store_errors_total`.
 pub fn error_kind(e: &StoreError) -> &'static str {
-    match e {
-        StoreError::Cost { .. } => "cost",
-        StoreError::UnknownPolicy { .. } => "unknown_policy",
-        StoreError::Full { .. } => "full",
-        StoreError::Timeout(_) => "timeout",
-        StoreError::Unavailable(_) => "unavailable",
-    }
+    e.kind()
 }
 
 /// What is read at scrape time rather than counted per request: requests in flight and what the

@@ -41,9 +41,9 @@ mod process;
 mod top_denied;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use sluice_core::{Clock, SystemClock};
+use sluice_http::store_health::StoreHealth;
 use sluice_store::StoreError;
 
 use crate::error::GatewayError;
@@ -70,7 +70,7 @@ pub struct Observer {
     /// Draws for sampling admitted decisions (fixed in tests).
     random: Arc<dyn SampleSource>,
     /// Whether the store is failing now: its first failure and its recovery are logged once.
-    store_failing: AtomicBool,
+    store_health: StoreHealth,
     /// The most denied keys of the last minute, for the status page.
     top_denied: TopDenied,
 }
@@ -97,7 +97,7 @@ impl Observer {
     /// Like [`Observer::new`], with the decision log's clock and random draws given (tests).
     pub fn with_sources(clock: Arc<dyn Clock>, random: Arc<dyn SampleSource>) -> Self {
         let top_denied = TopDenied::new(Arc::clone(&clock));
-        Self { metrics: Metrics::new(), clock, random, store_failing: AtomicBool::new(false), top_denied }
+        Self { metrics: Metrics::new(), clock, random, store_health: StoreHealth::default(), top_denied }
     }
 
     /// The metric families.
@@ -112,7 +112,7 @@ impl Observer {
 
     /// True from a store failure (or a failure mode's verdict) until the store decides again.
     pub fn store_failing(&self) -> bool {
-        self.store_failing.load(Ordering::Relaxed)
+        self.store_health.failing()
     }
 
     /// A decision log policy for `config`, counting its drops in this observer's metrics.
@@ -149,23 +149,12 @@ impl Observer {
 
     /// A store answered: logs recovery once after failures.
     pub(crate) fn store_ok(&self) {
-        if self.store_failing.load(Ordering::Relaxed) && self.store_failing.swap(false, Ordering::Relaxed) {
-            tracing::info!(target: events::TARGET, event = "store_recovered", "the store decides again");
-        }
+        self.store_health.answered();
     }
 
     /// A store failed: logs the first failure of a run of them (decision lines, capped, carry
     /// the rest).
     pub(crate) fn store_failed(&self, store: &'static str, e: &StoreError) {
-        if !self.store_failing.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                target: events::TARGET,
-                event = "store_failure",
-                store,
-                kind = error_kind(e),
-                error = %e,
-                "the store cannot decide"
-            );
-        }
+        self.store_health.failed(store, e);
     }
 }

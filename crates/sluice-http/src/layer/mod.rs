@@ -5,12 +5,13 @@ use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use ipnet::IpNet;
-use sluice_config::{HeaderStyle, KeySpec, RouteLimit};
+use sluice_config::{HeaderStyle, KeySource, KeySpec, RouteLimit};
 use sluice_store::{KeyHasher, Store};
 use tower::{Layer, Service};
 
@@ -18,9 +19,10 @@ use crate::enforce::Enforcer;
 use crate::identity::ClientIdentity;
 use crate::jwt::JwtVerifier;
 use crate::keys::KeyBuilder;
-use crate::lifecycle::{Counted, Face, Lifecycle, Unobserved};
+use crate::lifecycle::{Counted, Face, Lifecycle};
 use crate::pipeline::{Limiter, Ruling, jwt_pointers};
 use crate::response::Answer;
+use crate::store_health::StoreHealth;
 
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
@@ -32,7 +34,19 @@ pub use crate::lifecycle::Observe;
 
 /// An error building the layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LayerError {
+    /// A limit's key is not a key (the text the configuration file would refuse, or no part).
+    #[error("the key of the limit on `{policy}`: {error}")]
+    Key {
+        /// The policy the limit names.
+        policy: String,
+        /// What is wrong with the key, as the configuration file would say it.
+        error: String,
+    },
+    /// The status of a denial is not a 4xx or a 5xx.
+    #[error("deny status: {0}")]
+    DenyStatus(String),
     /// A limit names a policy the store does not have.
     #[error("no policy named `{0}` in the store")]
     UnknownPolicy(String),
@@ -51,12 +65,56 @@ pub enum LayerError {
     },
 }
 
+/// What a limit's key can be written as: the configuration file's text, one part (`"ip"`,
+/// `"header:x-api-key|ip"`) or several (`["header:x-api-key", "path"]`), or a [`KeySpec`].
+/// Read by the same parser as the file ([`KeySpec::parse`]).
+pub trait IntoKey {
+    /// The key, or what is wrong with it.
+    fn into_key(self) -> Result<KeySpec, String>;
+}
+
+impl IntoKey for &str {
+    fn into_key(self) -> Result<KeySpec, String> {
+        KeySpec::parse(&[self])
+    }
+}
+
+impl IntoKey for String {
+    fn into_key(self) -> Result<KeySpec, String> {
+        KeySpec::parse(&[self])
+    }
+}
+
+impl<const N: usize> IntoKey for [&str; N] {
+    fn into_key(self) -> Result<KeySpec, String> {
+        KeySpec::parse(&self)
+    }
+}
+
+impl IntoKey for &[&str] {
+    fn into_key(self) -> Result<KeySpec, String> {
+        KeySpec::parse(self)
+    }
+}
+
+impl IntoKey for KeySpec {
+    fn into_key(self) -> Result<KeySpec, String> {
+        // Built by hand, it must still say what it keys on: no key would put every client in
+        // one bucket without saying so.
+        match self.parts.iter().any(Vec::is_empty) || self.parts.is_empty() {
+            true => Err("key must name at least one part, and each part at least one source".into()),
+            false => Ok(self),
+        }
+    }
+}
+
 /// Builds a [`RateLimitLayer`].
 pub struct RateLimitLayerBuilder {
     /// The store whose policies the limits name.
     store: Arc<dyn Store>,
-    /// (policy name, key, cost) of every limit, resolved against the store in `build`.
-    limits: Vec<(String, KeySpec, u64)>,
+    /// (policy name, key or what is wrong with it, cost) of every limit, resolved against the
+    /// store in `build`.
+    limits: Vec<(String, Result<KeySpec, String>, u64)>,
     /// Proxies whose forwarding header is believed (none by default: the peer is the client).
     trusted: Vec<IpNet>,
     /// The forwarding header those proxies write.
@@ -82,14 +140,16 @@ pub struct RateLimitLayerBuilder {
 }
 
 impl RateLimitLayerBuilder {
-    /// Adds a limit: the store's policy `policy`, keyed by `key`, each request costing 1.
-    pub fn limit(self, policy: &str, key: KeySpec) -> Self {
+    /// Adds a limit: the store's policy `policy`, keyed by `key` (`"ip"`,
+    /// `"header:x-api-key|ip"`, as a route's limit writes it), each request costing 1. A key
+    /// that is not one is refused by [`RateLimitLayerBuilder::build`].
+    pub fn limit(self, policy: &str, key: impl IntoKey) -> Self {
         self.limit_with_cost(policy, key, 1)
     }
 
     /// Adds a limit whose every request costs `cost` (an expensive endpoint spends more).
-    pub fn limit_with_cost(mut self, policy: &str, key: KeySpec, cost: u64) -> Self {
-        self.limits.push((policy.to_string(), key, cost));
+    pub fn limit_with_cost(mut self, policy: &str, key: impl IntoKey, cost: u64) -> Self {
+        self.limits.push((policy.to_string(), key.into_key(), cost));
         self
     }
 
@@ -111,7 +171,7 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// The status of a denial (default 429).
+    /// The status of a denial (default 429): a 4xx or a 5xx, or the build is refused.
     pub fn deny_status(mut self, status: u16) -> Self {
         self.deny_status = status;
         self
@@ -138,8 +198,10 @@ impl RateLimitLayerBuilder {
 
     /// How to find the socket peer in a request's extensions. The default looks for a
     /// `SocketAddr` extension; with axum, pass
-    /// `|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())`. Requests without a peer
-    /// share one key (the strict direction).
+    /// `|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())`. When a limit keys on the
+    /// client (`ip`, `user`) and a request has no peer, it is answered 500 `no_client_address`
+    /// (logged at the first such request): every client in one bucket would be a limit nobody
+    /// asked for.
     pub fn peer(mut self, f: impl Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync + 'static) -> Self {
         self.peer = Arc::new(f);
         self
@@ -152,7 +214,9 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Tells `observer` of every decision (metrics, decision logs).
+    /// Tells `observer` of every decision (metrics, decision logs). Without one, the layer
+    /// still logs a store failure when it starts (with its cause) and when it ends, and counts
+    /// failures ([`RateLimitLayer::store_failures`]); with one, the observer does.
     pub fn observe(mut self, observer: Arc<dyn Observe>) -> Self {
         self.observer = Some(observer);
         self
@@ -160,9 +224,11 @@ impl RateLimitLayerBuilder {
 
     /// Checks the limits against the store's policies and builds the layer.
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
+        sluice_config::check_deny_status(self.deny_status).map_err(LayerError::DenyStatus)?;
         let enforcer = Enforcer::of_store(self.store);
         let mut limits = Vec::new();
         for (name, key, cost) in self.limits {
+            let key = key.map_err(|error| LayerError::Key { policy: name.clone(), error })?;
             let Some(policy) = enforcer.policy_index(&name) else { return Err(LayerError::UnknownPolicy(name)) };
             let limit = enforcer.policies()[policy].policy.limit();
             if sluice_core::check_cost(cost, limit).is_err() {
@@ -185,7 +251,13 @@ impl RateLimitLayerBuilder {
             StatusCode::from_u16(self.deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
         );
         let (peer, route, observer) = (self.peer, self.route, self.observer);
-        Ok(RateLimitLayer { shared: Arc::new(Shared { limiter, limits, peer, route, observer }) })
+        let reads_client = limits.iter().flat_map(|l| l.key.parts.iter().flatten()).any(|s| {
+            // The user header is believed only from trusted proxies: it needs the peer too.
+            matches!(s.base(), KeySource::Ip | KeySource::User)
+        });
+        let no_peer = NoPeer { refuses: reads_client, told: AtomicBool::new(false) };
+        let watched = Watched { store: limiter.enforcer().store().kind(), health: StoreHealth::default() };
+        Ok(RateLimitLayer { shared: Arc::new(Shared { limiter, limits, peer, route, observer, watched, no_peer }) })
     }
 }
 
@@ -201,6 +273,47 @@ struct Shared {
     route: String,
     /// Told of every decision, if set.
     observer: Option<Arc<dyn Observe>>,
+    /// The store's health, told of every decision when no observer is (one is told instead).
+    watched: Watched,
+    /// What is done with a request that has no peer.
+    no_peer: NoPeer,
+}
+
+/// The layer's own observer, when it is given none: a store failure is never silent.
+struct Watched {
+    /// The store's kind, in the log lines.
+    store: &'static str,
+    /// Failures counted, and logged when a run starts and ends.
+    health: StoreHealth,
+}
+
+impl Observe for Watched {
+    fn decided(&self, _: Counted<'_>, ruling: &Ruling<'_>, _: u16) {
+        self.health.saw(self.store, &ruling.outcome);
+    }
+}
+
+/// A request whose socket peer the layer cannot find (the server put none where
+/// [`RateLimitLayerBuilder::peer`] looks).
+struct NoPeer {
+    /// True when a limit keys on the client: such a request is refused, not put in one bucket
+    /// with every other. Otherwise no limit needs the peer.
+    refuses: bool,
+    /// Set once the first refusal is logged.
+    told: AtomicBool,
+}
+
+impl NoPeer {
+    /// The answer to a request without a peer (500), logged the first time.
+    fn refusal(&self) -> Answer {
+        let message = "The rate limiter cannot tell who sent this request: the server put no peer address in it \
+                       (with axum, serve the app with into_make_service_with_connect_info::<SocketAddr>(), or tell \
+                       the layer where the peer is with .peer(...)).";
+        if !self.told.swap(true, Ordering::Relaxed) {
+            tracing::error!(target: "sluice::layer", "{message} Such requests are answered 500.");
+        }
+        Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "no_client_address", message)
+    }
 }
 
 /// Rate-limits the wrapped service: a request passes only if every limit admits it; a denial
@@ -209,7 +322,6 @@ struct Shared {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use sluice_config::{KeySource, KeySpec};
 /// use sluice_core::{SystemClock, TokenBucket};
 /// use sluice_http::layer::RateLimitLayer;
 /// use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
@@ -220,9 +332,17 @@ struct Shared {
 ///     Arc::new(SystemClock::new()),
 /// );
 /// let layer = RateLimitLayer::builder(Arc::new(store))
-///     .limit("per-ip", KeySpec { parts: vec![vec![KeySource::Ip]] })
+///     .limit("per-ip", "ip")
 ///     .build()
 ///     .unwrap();
+/// // Keys read as a route's limits write them; a key that is not one is refused.
+/// # let store = MemoryStore::new(
+/// #     vec![NamedPolicy { name: "per-ip".into(), policy: TokenBucket::new(10, 1.0).unwrap().into() }],
+/// #     MemoryOptions::default(),
+/// #     Arc::new(SystemClock::new()),
+/// # );
+/// let refused = RateLimitLayer::builder(Arc::new(store)).limit("per-ip", "cookie:sid").build();
+/// assert!(refused.unwrap_err().to_string().contains("unknown key part `cookie`"));
 /// // let app = axum::Router::new().route("/", get(handler)).layer(layer);
 /// # let _ = layer;
 /// ```
@@ -230,6 +350,37 @@ struct Shared {
 pub struct RateLimitLayer {
     /// The limiter and limits, shared by every service the layer wraps.
     shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.shared;
+        let limits: Vec<String> = s
+            .limits
+            .iter()
+            .map(|l| {
+                let policy = s.limiter.policies().get(l.policy).map_or("?", |p| p.name.as_str());
+                format!("{policy} by {} (cost {})", l.key, l.cost)
+            })
+            .collect();
+        f.debug_struct("RateLimitLayer")
+            .field("route", &s.route)
+            .field("limits", &limits)
+            .field("store", &s.limiter.enforcer().store().kind())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RateLimitLayerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("store", &self.store.kind())
+            .field("limits", &self.limits)
+            .field("trusted", &self.trusted)
+            .field("deny_status", &self.deny_status)
+            .field("route", &self.route)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RateLimitLayer {
@@ -250,6 +401,20 @@ impl RateLimitLayer {
             route: DEFAULT_ROUTE_NAME.to_owned(),
             observer: None,
         }
+    }
+}
+
+impl RateLimitLayer {
+    /// The store failures this layer has seen (its store could not decide, or a failure mode
+    /// answered), when it was built without an observer; 0 with one (the observer counts them).
+    pub fn store_failures(&self) -> u64 {
+        self.shared.watched.health.failures()
+    }
+
+    /// True from a store failure until the store decides again (without an observer, as
+    /// [`RateLimitLayer::store_failures`]).
+    pub fn store_failing(&self) -> bool {
+        self.shared.watched.health.failing()
     }
 }
 
@@ -291,9 +456,14 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let limiter = &shared.limiter;
-            let peer = (shared.peer)(req.extensions()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+            let peer = match (shared.peer)(req.extensions()) {
+                Some(peer) => peer,
+                None if shared.no_peer.refuses => return Ok(shared.no_peer.refusal().into_response(R::from)),
+                // No limit reads the client: the address is never used.
+                None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            };
             let client = limiter.client(peer, req.headers());
-            let observer: &dyn Observe = shared.observer.as_deref().unwrap_or(&Unobserved);
+            let observer: &dyn Observe = shared.observer.as_deref().unwrap_or(&shared.watched);
             let lifecycle = Lifecycle::new(limiter, observer);
             let (head, body) = req.into_parts();
             let face = Inner { service: inner, body, response: PhantomData };
@@ -349,7 +519,6 @@ where
 mod tests {
     use std::sync::Mutex;
 
-    use sluice_config::KeySource;
     use sluice_core::{ManualClock, TokenBucket};
     use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
     use tower::ServiceExt;
@@ -390,8 +559,13 @@ mod tests {
                     Ok(Response::new(http_body_util::Full::new(Bytes::new())))
                 }
             });
-        let req = Request::builder().uri("/anything/at/all").body(()).unwrap();
+        let req = Request::builder().uri("/anything/at/all").extension(peer()).body(()).unwrap();
         service.oneshot(req).await.map(|r| r.status().as_u16())
+    }
+
+    /// The socket peer, where the layer looks for it by default.
+    fn peer() -> SocketAddr {
+        SocketAddr::from(([192, 0, 2, 1], 40000))
     }
 
     #[tokio::test]
@@ -406,7 +580,7 @@ mod tests {
         let refused = tower::ServiceBuilder::new().layer(unnamed.clone()).service_fn(|_req: Request<()>| async {
             Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::new(Bytes::new())))
         });
-        let res = refused.oneshot(Request::builder().uri("/a%2Fb").body(()).unwrap()).await.unwrap();
+        let res = refused.oneshot(Request::builder().uri("/a%2Fb").extension(peer()).body(()).unwrap()).await.unwrap();
         assert_eq!(res.status(), 400);
         let got = seen.0.lock().unwrap().clone();
         assert_eq!(
