@@ -356,12 +356,14 @@ impl StoreBuilder for RedisStores {
             return Err(GatewayError::NeedsRestart("store.kind"));
         };
         let exposed: Vec<String> = urls.iter().map(|u| u.expose().to_owned()).collect();
-        let mut options =
-            if *cluster { RedisOptions::cluster(exposed) } else { RedisOptions::single(exposed[0].clone()) };
-        options.on_error = match on_error {
+        let on_error = match on_error {
             OnError::FailOpen => sluice_redis::OnError::FailOpen,
             OnError::FailClosed => sluice_redis::OnError::FailClosed,
             OnError::Local => sluice_redis::OnError::Local,
+        };
+        let mut options = match cluster {
+            true => RedisOptions::cluster(exposed, on_error),
+            false => RedisOptions::single(exposed[0].clone(), on_error),
         };
         options.timeout = Duration::from_millis(*timeout_ms);
         options.key_prefix = key_prefix.clone();

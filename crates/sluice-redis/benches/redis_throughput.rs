@@ -182,7 +182,7 @@ fn redis_benchmark(server: &RedisServer, concurrency: usize, requests: u64) -> F
 /// A fail-closed store of the bench's one policy on `url`, without a deny cache.
 fn store_at(url: &str) -> Arc<RedisStore> {
     let policy = NamedPolicy { name: "tb".into(), policy: Policy::from(TokenBucket::new(100, 100.0).unwrap()) };
-    let mut options = RedisOptions::single(url);
+    let mut options = RedisOptions::single(url, OnError::FailClosed);
     options.on_error = OnError::FailClosed;
     options.timeout = Duration::from_secs(5);
     options.deny_cache_entries = 0;

@@ -60,8 +60,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let policies = vec![NamedPolicy { name: "per-ip".into(), policy: Policy::from(TokenBucket::new(2, 1.0)?) }];
 //! // Port 1: nothing listens there, so this example shows the failure path.
-//! let mut options = RedisOptions::single("redis://127.0.0.1:1");
-//! options.on_error = OnError::Local;
+//! let mut options = RedisOptions::single("redis://127.0.0.1:1", OnError::Local);
 //! options.timeout = Duration::from_millis(50);
 //! let store = RedisStore::new(policies, options)?;
 //!

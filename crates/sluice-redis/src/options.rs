@@ -78,8 +78,7 @@ impl Default for BreakerOptions {
 /// ```
 /// use std::time::Duration;
 /// use sluice_redis::{OnError, RedisOptions};
-/// let mut o = RedisOptions::single("redis://127.0.0.1:6379");
-/// o.on_error = "fail-closed".parse().unwrap();
+/// let mut o = RedisOptions::single("redis://127.0.0.1:6379", "fail-closed".parse().unwrap());
 /// o.timeout = Duration::from_millis(50);
 /// assert_eq!(o.on_error, OnError::FailClosed);
 /// assert!(o.validate().is_ok());
@@ -109,21 +108,24 @@ pub struct RedisOptions {
 }
 
 impl RedisOptions {
-    /// A single Redis node, with the defaults: fail-open, 50 ms, prefix `sluice`.
-    pub fn single(url: impl Into<String>) -> Self {
-        Self::with_urls(vec![url.into()], false)
+    /// A single Redis node, failing as `on_error` says (there is no default: admitting
+    /// everything and refusing everything are both a choice to make), with the other defaults:
+    /// 50 ms, prefix `sluice`.
+    pub fn single(url: impl Into<String>, on_error: OnError) -> Self {
+        Self::with_urls(vec![url.into()], false, on_error)
     }
 
-    /// A Redis Cluster reached through these seed nodes, with the same defaults.
-    pub fn cluster(urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        Self::with_urls(urls.into_iter().map(Into::into).collect(), true)
+    /// A Redis Cluster reached through these seed nodes, failing as `on_error` says, with the
+    /// same defaults.
+    pub fn cluster(urls: impl IntoIterator<Item = impl Into<String>>, on_error: OnError) -> Self {
+        Self::with_urls(urls.into_iter().map(Into::into).collect(), true, on_error)
     }
 
-    fn with_urls(urls: Vec<String>, cluster: bool) -> Self {
+    fn with_urls(urls: Vec<String>, cluster: bool, on_error: OnError) -> Self {
         Self {
             urls,
             cluster,
-            on_error: OnError::FailOpen,
+            on_error,
             timeout: Duration::from_millis(50),
             key_prefix: "sluice".to_string(),
             breaker: BreakerOptions::default(),
@@ -166,12 +168,12 @@ mod tests {
 
     #[test]
     fn validation_names_what_is_wrong() {
-        let ok = RedisOptions::single("redis://127.0.0.1:6379");
+        let ok = RedisOptions::single("redis://127.0.0.1:6379", OnError::FailClosed);
         assert_eq!(ok.validate(), Ok(()));
         assert_eq!(RedisOptions { urls: vec![], ..ok.clone() }.validate(), Err(RedisStoreError::NoUrl));
         let two = vec!["redis://a".to_string(), "redis://b".to_string()];
         assert_eq!(RedisOptions { urls: two.clone(), ..ok.clone() }.validate(), Err(RedisStoreError::SeveralUrls(2)));
-        assert_eq!(RedisOptions::cluster(two).validate(), Ok(()));
+        assert_eq!(RedisOptions::cluster(two, OnError::FailClosed).validate(), Ok(()));
         assert_eq!(
             RedisOptions { timeout: Duration::ZERO, ..ok.clone() }.validate(),
             Err(RedisStoreError::ZeroTimeout)

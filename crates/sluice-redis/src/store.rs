@@ -435,6 +435,10 @@ impl Store for RedisStore {
         &self.policies
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "redis"
     }
@@ -485,17 +489,18 @@ mod tests {
 
     #[test]
     fn construction_rejects_what_would_collide_or_cannot_connect() {
-        let o = RedisOptions::single("redis://127.0.0.1:1");
+        let o = RedisOptions::single("redis://127.0.0.1:1", OnError::FailClosed);
         let dup = RedisStore::new(vec![named("a"), named("a")], o.clone());
         assert_eq!(dup.err(), Some(RedisStoreError::DuplicatePolicy("a".into())));
-        let bad = RedisStore::new(vec![named("a")], RedisOptions::single("http://example"));
+        let bad = RedisStore::new(vec![named("a")], RedisOptions::single("http://example", OnError::FailClosed));
         assert!(matches!(bad.err(), Some(RedisStoreError::BadUrl { .. })));
         assert!(RedisStore::new(vec![named("a")], o).is_ok(), "nothing connects at construction");
     }
 
     #[tokio::test]
     async fn bad_requests_are_errors_before_any_call() {
-        let s = RedisStore::new(vec![named("a")], RedisOptions::single("redis://127.0.0.1:1")).unwrap();
+        let s = RedisStore::new(vec![named("a")], RedisOptions::single("redis://127.0.0.1:1", OnError::FailClosed))
+            .unwrap();
         let k = KeyHash([3; 16]);
         let unknown = s.decide(&[Check { policy: 4, key: k, cost: 1 }], None).await;
         assert_eq!(unknown, Err(StoreError::UnknownPolicy { index: 0, policy: 4 }));
@@ -510,7 +515,7 @@ mod tests {
     /// Nothing listens on port 1: every decision takes the failure path. Its policy, a bucket of
     /// 2 that refills one token in 11 days, never refills during the test.
     fn unreachable(on_error: OnError) -> RedisStore {
-        let mut o = RedisOptions::single("redis://127.0.0.1:1");
+        let mut o = RedisOptions::single("redis://127.0.0.1:1", OnError::FailClosed);
         o.on_error = on_error;
         let bucket = Policy::from(sluice_core::TokenBucket::new(2, 0.000_001).unwrap());
         RedisStore::new(vec![NamedPolicy { name: "a".into(), policy: bucket }], o).unwrap()

@@ -17,7 +17,7 @@ fn store(server: &RedisServer) -> RedisStore {
         named("per-account", TokenBucket::new(1, 1.0).unwrap().into()),
         named("per-route", SlidingLog::new(10, 60 * NANOS_PER_SEC).unwrap().into()),
     ];
-    let mut o = RedisOptions::single(server.url());
+    let mut o = RedisOptions::single(server.url(), OnError::FailClosed);
     o.on_error = OnError::FailClosed;
     o.deny_cache_entries = 0;
     RedisStore::new(policies, o).expect("valid store")

@@ -21,7 +21,7 @@ async fn a_multi_limit_request_across_slots_is_decided_per_slot_group() {
         named("per-ip", FixedWindow::new(10, 60 * NANOS_PER_SEC).unwrap().into()),
         named("per-account", TokenBucket::new(1, 1.0).unwrap().into()),
     ];
-    let mut o = RedisOptions::cluster(cluster.urls());
+    let mut o = RedisOptions::cluster(cluster.urls(), OnError::FailClosed);
     o.on_error = OnError::FailClosed;
     o.deny_cache_entries = 0;
     o.timeout = Duration::from_secs(5);

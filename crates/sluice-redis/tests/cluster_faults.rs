@@ -53,8 +53,11 @@ fn spread(n: u64) -> Check {
 fn stores(urls: Vec<String>, cluster: bool, mode: OnError) -> Vec<Arc<RedisStore>> {
     (0..3)
         .map(|_| {
-            let mut o =
-                if cluster { RedisOptions::cluster(urls.clone()) } else { RedisOptions::single(urls[0].clone()) };
+            let mut o = if cluster {
+                RedisOptions::cluster(urls.clone(), OnError::FailClosed)
+            } else {
+                RedisOptions::single(urls[0].clone(), OnError::FailClosed)
+            };
             o.on_error = mode;
             o.timeout = Duration::from_millis(250);
             Arc::new(RedisStore::new(policies(), o).expect("valid options"))

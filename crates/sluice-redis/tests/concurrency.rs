@@ -30,7 +30,7 @@ async fn three_hundred_concurrent_decisions_admit_exactly_the_capacity() {
     let server = RedisServer::start();
     let stores: Vec<Arc<RedisStore>> = (0..3)
         .map(|_| {
-            let mut o = RedisOptions::single(server.url());
+            let mut o = RedisOptions::single(server.url(), OnError::FailClosed);
             o.on_error = OnError::FailClosed;
             o.timeout = Duration::from_secs(10);
             Arc::new(RedisStore::new(policies(), o).expect("valid store"))

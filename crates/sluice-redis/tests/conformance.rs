@@ -10,7 +10,7 @@ use sluice_store::conformance;
 use support::RedisServer;
 
 fn exact_options(url: String, prefix: String) -> RedisOptions {
-    let mut o = RedisOptions::single(url);
+    let mut o = RedisOptions::single(url, OnError::FailClosed);
     o.key_prefix = prefix;
     // Cached denials repeat Redis's earlier numbers (remaining, reset) instead of today's: exact
     // conformance is about what Redis decides, so the cache is off here and tested on its own.

@@ -23,7 +23,7 @@ fn store(url: String, limits: &[u64]) -> RedisStore {
             policy: Policy::from(FixedWindow::new(limit, 60 * NANOS_PER_SEC).unwrap()),
         })
         .collect();
-    let mut o = RedisOptions::single(url);
+    let mut o = RedisOptions::single(url, OnError::FailClosed);
     o.on_error = OnError::FailClosed;
     o.timeout = Duration::from_secs(10);
     o.deny_cache_entries = 0;

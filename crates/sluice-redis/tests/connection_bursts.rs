@@ -16,7 +16,7 @@ use support::RedisServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bursts_of_decisions_never_wait_out_the_timeout() {
     let server = RedisServer::start();
-    let mut o = RedisOptions::single(server.url());
+    let mut o = RedisOptions::single(server.url(), OnError::FailClosed);
     o.on_error = OnError::FailClosed;
     o.timeout = Duration::from_millis(500);
     o.deny_cache_entries = 0;

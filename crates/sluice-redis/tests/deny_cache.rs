@@ -12,7 +12,7 @@ use sluice_store::{Check, KeyHasher, NamedPolicy, Store};
 use support::RedisServer;
 
 fn options(server: &RedisServer, prefix: &str) -> RedisOptions {
-    let mut o = RedisOptions::single(server.url());
+    let mut o = RedisOptions::single(server.url(), OnError::FailClosed);
     o.on_error = OnError::FailClosed;
     o.key_prefix = prefix.into();
     o.timeout = Duration::from_secs(5);

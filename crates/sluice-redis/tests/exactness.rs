@@ -67,7 +67,7 @@ fn redis_equals_the_core_for_generated_policies_and_traffic() {
     let case = policy().prop_flat_map(|p| (Just(p), traffic(&p)));
     let result = runner.run(&case, |(policy, steps)| {
         let named = NamedPolicy { name: "p".into(), policy };
-        let mut options = RedisOptions::single(server.url());
+        let mut options = RedisOptions::single(server.url(), OnError::FailClosed);
         options.key_prefix = format!("exact{}", n.fetch_add(1, Ordering::Relaxed));
         options.deny_cache_entries = 0;
         options.on_error = OnError::FailClosed;
@@ -99,7 +99,7 @@ fn the_sliding_window_retry_is_exact_below_the_microsecond() {
     let server = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let named = NamedPolicy { name: "sw".into(), policy: SlidingWindow::new(3, NANOS_PER_SEC).unwrap().into() };
-    let mut options = RedisOptions::single(server.url());
+    let mut options = RedisOptions::single(server.url(), OnError::FailClosed);
     options.on_error = OnError::FailClosed;
     options.deny_cache_entries = 0;
     let store = RedisStore::new(vec![named], options).expect("valid store");
@@ -127,7 +127,7 @@ fn products_beyond_two_to_the_53_stay_exact() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let window = 30 * 86_400 * NANOS_PER_SEC;
     let named = NamedPolicy { name: "big".into(), policy: SlidingWindow::new(1_000_000, window).unwrap().into() };
-    let mut options = RedisOptions::single(server.url());
+    let mut options = RedisOptions::single(server.url(), OnError::FailClosed);
     options.on_error = OnError::FailClosed;
     options.deny_cache_entries = 0;
     let store = RedisStore::new(vec![named.clone()], options).expect("valid store");

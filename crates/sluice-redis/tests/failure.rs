@@ -25,7 +25,7 @@ enum Fault {
 
 fn store(server: &RedisServer, mode: OnError) -> Arc<RedisStore> {
     let policy = NamedPolicy { name: "per-ip".into(), policy: Policy::from(TokenBucket::new(5, 0.001).unwrap()) };
-    let mut o = RedisOptions::single(server.url());
+    let mut o = RedisOptions::single(server.url(), OnError::FailClosed);
     o.on_error = mode;
     o.timeout = TIMEOUT;
     o.breaker = BreakerOptions { failures_to_open: 3, cool_down: COOL_DOWN };

@@ -24,7 +24,7 @@ fn policies() -> Vec<NamedPolicy> {
 }
 
 fn store(server: &RedisServer, prefix: &str) -> RedisStore {
-    let mut o = RedisOptions::single(server.url());
+    let mut o = RedisOptions::single(server.url(), OnError::FailClosed);
     o.on_error = OnError::FailClosed;
     o.key_prefix = prefix.into();
     o.deny_cache_entries = 0;

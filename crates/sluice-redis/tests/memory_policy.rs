@@ -7,14 +7,14 @@ mod support;
 use std::time::Duration;
 
 use sluice_core::{Policy, TokenBucket};
-use sluice_redis::{RedisOptions, RedisStore};
+use sluice_redis::{OnError, RedisOptions, RedisStore};
 use sluice_store::NamedPolicy;
 #[cfg(feature = "external-programs")]
 use support::RedisServer;
 
 fn store(url: String) -> RedisStore {
     let policies = vec![NamedPolicy { name: "tb".into(), policy: Policy::from(TokenBucket::new(5, 1.0).unwrap()) }];
-    let mut options = RedisOptions::single(url);
+    let mut options = RedisOptions::single(url, OnError::FailClosed);
     options.timeout = Duration::from_millis(500);
     RedisStore::new(policies, options).unwrap()
 }

@@ -214,6 +214,13 @@ pub trait Store: Send + Sync {
         Vec::new()
     }
 
+    /// True when other processes decide on the same state (Redis): they must then hash keys
+    /// with the same secret, or each would keep its own buckets and the limit would be
+    /// multiplied by the number of processes. False by default (an in-process store).
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// False when the store cannot decide and its failure mode does not allow serving anyway
     /// (a shared store unreachable under `fail-closed`); true by default.
     fn ready(&self) -> bool {
@@ -281,6 +288,10 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn key_stats(&self) -> Vec<KeyStats> {
         (**self).key_stats()
+    }
+
+    fn shared(&self) -> bool {
+        (**self).shared()
     }
 
     fn ready(&self) -> bool {

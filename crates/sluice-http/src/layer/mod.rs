@@ -47,6 +47,11 @@ pub enum LayerError {
     /// The status of a denial is not a 4xx or a 5xx.
     #[error("deny status: {0}")]
     DenyStatus(String),
+    /// The store is shared between processes and no key secret is given: each process would
+    /// hash keys with its own random secret, keep its own buckets, and the limit would be
+    /// multiplied by the number of processes.
+    #[error("the {0} store is shared between processes: give every process the same .key_secret(...)")]
+    SharedStoreNeedsSecret(&'static str),
     /// A limit names a policy the store does not have.
     #[error("no policy named `{0}` in the store")]
     UnknownPolicy(String),
@@ -127,6 +132,8 @@ pub struct RateLimitLayerBuilder {
     deny_status: u16,
     /// The keyed hash (random secret per process unless given).
     hasher: KeyHasher,
+    /// True once a key secret is given.
+    secret_given: bool,
     /// The header with an authenticated user id, believed only from trusted proxies.
     user_header: Option<String>,
     /// Finds the socket peer of a request.
@@ -177,9 +184,11 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// The secret keying the key hash (default: random, per process).
+    /// The secret keying the key hash (default: random, per process). Required with a store
+    /// shared between processes (Redis): every process must give the same one.
     pub fn key_secret(mut self, secret: &[u8]) -> Self {
         self.hasher = KeyHasher::from_secret(secret);
+        self.secret_given = true;
         self
     }
 
@@ -225,6 +234,9 @@ impl RateLimitLayerBuilder {
     /// Checks the limits against the store's policies and builds the layer.
     pub fn build(self) -> Result<RateLimitLayer, LayerError> {
         sluice_config::check_deny_status(self.deny_status).map_err(LayerError::DenyStatus)?;
+        if self.store.shared() && !self.secret_given {
+            return Err(LayerError::SharedStoreNeedsSecret(self.store.kind()));
+        }
         let enforcer = Enforcer::of_store(self.store);
         let mut limits = Vec::new();
         for (name, key, cost) in self.limits {
@@ -395,6 +407,7 @@ impl RateLimitLayer {
             headers: vec![HeaderStyle::Draft6],
             deny_status: 429,
             hasher: KeyHasher::random(),
+            secret_given: false,
             user_header: None,
             peer: Arc::new(|ext| ext.get::<SocketAddr>().map(|a| a.ip())),
             jwt: None,
