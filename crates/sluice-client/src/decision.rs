@@ -83,9 +83,12 @@ impl fmt::Display for DelaySource {
 
 /// Why no further attempt is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GiveUpReason {
-    /// What the attempt produced is not something the policy retries: a success, a status outside the retry set, or
-    /// an error another attempt would not cure. This is the normal end of a call.
+    /// The attempt succeeded (a 2xx): the call is done.
+    Succeeded,
+    /// What the attempt produced is not something the policy retries: a status outside the
+    /// retry set (a 404, a 500), or an error another attempt would not cure.
     NotRetryable,
     /// A 503 or a connection error on a method that is not idempotent: the request may have been
     /// processed, so sending it again could repeat its effect.
@@ -127,13 +130,14 @@ pub enum GiveUpReason {
 impl GiveUpReason {
     /// True when the call stopped although the last attempt met a retryable failure.
     pub fn is_give_up(&self) -> bool {
-        !matches!(self, GiveUpReason::NotRetryable)
+        !matches!(self, GiveUpReason::Succeeded | GiveUpReason::NotRetryable)
     }
 }
 
 impl fmt::Display for GiveUpReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            GiveUpReason::Succeeded => f.write_str("the request succeeded"),
             GiveUpReason::NotRetryable => f.write_str("the result is not retryable"),
             GiveUpReason::NotIdempotent { method } => {
                 write!(f, "{method} is not idempotent and the request may have been processed")

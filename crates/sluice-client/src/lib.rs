@@ -5,17 +5,24 @@
 //! and stop when another attempt no longer makes sense. Clients that retry at once in a loop
 //! turn a rate limit into an outage.
 //!
-//! Add it to a `reqwest` client in three lines:
+//! Add it to a `reqwest` client in three lines (reqwest 0.13 and reqwest-middleware 0.5,
+//! re-exported here as [`reqwest`] and [`reqwest_middleware`]: build with these and the
+//! versions always meet):
 //!
 //! ```
+//! # #[cfg(feature = "reqwest")] {
+//! use sluice_client::{reqwest, reqwest_middleware};
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 //!     .with(sluice_client::RetryMiddleware::new(sluice_client::RetryPolicy::default()))
 //!     .build();
 //! # drop(client);
+//! # }
 //! ```
 //!
 //! For hyper (or any tower `Service<http::Request<B>>` with a cloneable body) there is
-//! [`RetryLayer`].
+//! [`RetryLayer`]. The `reqwest` feature (on by default) brings the middleware; without it
+//! (`default-features = false`) the crate is the policy and the tower layer alone, and reqwest
+//! is not compiled.
 //!
 //! ## The contract
 //!
@@ -111,6 +118,7 @@ mod budget;
 mod decision;
 mod http_date;
 mod layer;
+#[cfg(feature = "reqwest")]
 mod middleware;
 mod policy;
 mod random;
@@ -125,10 +133,17 @@ mod x_ratelimit;
 pub use budget::{BudgetError, RetryBudget};
 pub use decision::{Attempt, AttemptResult, DelaySource, GiveUpReason, RetryDecision, is_idempotent};
 pub use layer::{RetryFuture, RetryLayer, RetryService};
+#[cfg(feature = "reqwest")]
 pub use middleware::RetryMiddleware;
 pub use policy::{Jitter, PolicyError, RetryPolicy, RetryPolicyBuilder};
 pub use random::{RandomSource, SplitMix64};
 pub use report::{BoxError, RetryError, RetryReport};
+/// The reqwest this crate's middleware is built for.
+#[cfg(feature = "reqwest")]
+pub use reqwest;
+/// The reqwest-middleware this crate's middleware is built for.
+#[cfg(feature = "reqwest")]
+pub use reqwest_middleware;
 pub use retrier::{Retrier, Session};
 pub use retry_after::RetryAfter;
 pub use server_hint::server_delay;

@@ -277,8 +277,8 @@ impl RetryPolicy {
     /// In order:
     /// 1. A 429 is retryable for every method (the server did not process the request). A
     ///    configured status (503) or a connection error is retryable for idempotent methods
-    ///    only, unless non-idempotent retries are allowed. Anything else is
-    ///    [`GiveUpReason::NotRetryable`].
+    ///    only, unless non-idempotent retries are allowed. A success (2xx) is
+    ///    [`GiveUpReason::Succeeded`]; anything else [`GiveUpReason::NotRetryable`].
     /// 2. After `max_attempts` attempts: [`GiveUpReason::AttemptsExhausted`].
     /// 3. The wait: the server's, exactly as asked (a past time is zero), from the first of
     ///    `Retry-After`, `RateLimit` (its longest `t` with `r=0`), `RateLimit-Reset` and
@@ -290,6 +290,9 @@ impl RetryPolicy {
     ///    [`GiveUpReason::ServerWaitTooLong`].
     pub fn decide(&self, attempt: &Attempt<'_>, rng: &dyn RandomSource) -> RetryDecision {
         let headers = match attempt.result {
+            AttemptResult::Response { status, .. } if status.is_success() => {
+                return RetryDecision::GiveUp(GiveUpReason::Succeeded);
+            }
             AttemptResult::Response { status, headers } if status == StatusCode::TOO_MANY_REQUESTS => Some(headers),
             AttemptResult::Response { status, headers } if self.retry_statuses.contains(&status) => {
                 if let Some(reason) = self.unsafe_to_repeat(attempt) {
@@ -501,9 +504,13 @@ mod tests {
     fn only_configured_statuses_are_retried() {
         let p = RetryPolicy::default();
         let h = with("retry-after", "1");
-        for code in [200, 404, 500, 502, 503] {
+        for code in [404, 500, 502, 503] {
             let d = p.decide(&attempt(0, &Method::GET, status(code, &h), None), &TOP);
             assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable), "{code}");
+        }
+        for code in [200, 201, 204] {
+            let d = p.decide(&attempt(0, &Method::GET, status(code, &h), None), &TOP);
+            assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::Succeeded), "{code}: a success is a success");
         }
         let d = p.decide(&attempt(0, &Method::GET, AttemptResult::OtherError, None), &TOP);
         assert_eq!(d, RetryDecision::GiveUp(GiveUpReason::NotRetryable));

@@ -25,8 +25,8 @@ pub struct RetryReport {
     pub connection_errors: u32,
     /// Every wait between attempts, in order.
     pub waits: Vec<Duration>,
-    /// Why no further attempt was made ([`GiveUpReason::NotRetryable`] when the last result
-    /// was final, a success for example).
+    /// Why no further attempt was made: [`GiveUpReason::Succeeded`] for a success,
+    /// [`GiveUpReason::NotRetryable`] for another final result.
     pub stop: GiveUpReason,
 }
 
@@ -73,6 +73,7 @@ pub struct RetryError {
 impl RetryError {
     /// The `RetryError` inside an error returned by a `reqwest-middleware` client, if the retry
     /// middleware produced it.
+    #[cfg(feature = "reqwest")]
     pub fn from_middleware_error(err: &reqwest_middleware::Error) -> Option<&RetryError> {
         match err {
             reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<RetryError>(),

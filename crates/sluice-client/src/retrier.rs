@@ -175,7 +175,7 @@ mod tests {
             s.wait(wait).await;
         }
         let ok = AttemptResult::Response { status: StatusCode::OK, headers: &h };
-        assert_eq!(s.record(&ok, true), RetryDecision::GiveUp(GiveUpReason::NotRetryable));
+        assert_eq!(s.record(&ok, true), RetryDecision::GiveUp(GiveUpReason::Succeeded));
         let report = s.finish();
         assert_eq!(report.attempts, 4);
         assert_eq!(report.rate_limited, 3);

@@ -27,7 +27,7 @@ async fn retry_after_seconds_are_waited_exactly() {
     let r = report(&response);
     assert_eq!((r.attempts, r.rate_limited), (4, 3));
     assert_eq!(r.waits, [secs(2), secs(2), secs(2)]);
-    assert_eq!(r.stop, GiveUpReason::NotRetryable);
+    assert_eq!(r.stop, GiveUpReason::Succeeded);
     assert!(!r.gave_up());
     assert_eq!(h.sleeper.waits(), r.waits);
     assert_eq!(h.clock.now(), (START_SECS + 6) * NANOS_PER_SEC);

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "reqwest")]
 pub mod client;
 
 use std::collections::HashMap;
