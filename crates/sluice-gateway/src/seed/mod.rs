@@ -49,7 +49,7 @@ use sluice_http::enforce::{Enforcer, PolicyInfo};
 use sluice_http::headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, number, retry_after_secs, write_denial_headers};
 use sluice_http::identity::ClientIdentity;
 use sluice_http::keys::KeyBuilder;
-use sluice_http::lifecycle::{Counted, Face, Lifecycle, Observe};
+use sluice_http::lifecycle::{Asked, Asks, Counted, Face, Lifecycle, Observe};
 use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::{Answer, JsonTemplate};
 
@@ -221,8 +221,10 @@ impl Seeded<'_> {
     }
 }
 
-impl Face for Seeded<'_> {
-    type Request = Request<Incoming>;
+// The request stays where hyper handed it over: the lifecycle is given what it asks (a few
+// references), not the request itself, so no future holds a copy of it.
+impl<'a> Face for Seeded<'a> {
+    type Request = Asked<'a>;
     type Response = Response<Body>;
     type Error = Infallible;
 
@@ -234,14 +236,14 @@ impl Face for Seeded<'_> {
         response.status().as_u16()
     }
 
-    // Answered at once, not from an `async fn`: its future would hold the request, moved in.
+    // Answered at once, not from an `async fn`: no future is made for it.
     fn pass_on(
         self,
-        req: Request<Incoming>,
+        asked: Asked<'a>,
         _: Counted<'_>,
         ruling: &Ruling<'_>,
     ) -> impl Future<Output = Result<Response<Body>, Infallible>> {
-        let mut res = if req.method() != Method::GET {
+        let mut res = if asked.method != Method::GET.as_str() {
             let mut res = respond::error(405, "method_not_allowed", "Підтримується лише метод GET.");
             res.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
             res
@@ -263,8 +265,8 @@ impl Face for Seeded<'_> {
         Ok(res)
     }
 
-    fn unmatched(self, req: Request<Incoming>) -> impl Future<Output = Result<Response<Body>, Infallible>> {
-        let res = match req.method() == Method::GET && req.uri().path() == "/health" {
+    fn unmatched(self, asked: Asked<'a>) -> impl Future<Output = Result<Response<Body>, Infallible>> {
+        let res = match asked.method == Method::GET.as_str() && asked.path == "/health" {
             true => respond::json(200, &Health { status: "ok" }),
             false => respond::error(404, "not_found", "Маршрут не знайдено."),
         };
@@ -332,7 +334,7 @@ impl Handler for SeedService {
         let client = self.limiter.client(peer.ip(), req.headers());
         let face = Seeded { service: &self, client: client.ip };
         let lifecycle = Lifecycle::new(&self.limiter, &self.observed);
-        match lifecycle.routed(&self.routes, &client, req, face).await {
+        match lifecycle.routed(&self.routes, &client, req.asked(), face).await {
             Ok(res) => Ok(res),
             Err(never) => match never {},
         }
