@@ -51,6 +51,11 @@ pub fn check_charge(cost: u64, limit: u64) -> Result<(), CostError> {
 }
 
 /// Validates the parameters shared by the window algorithms.
+/// A window given as a [`std::time::Duration`], in nanoseconds: the constructors' `per` form.
+pub(crate) fn window_nanos(window: std::time::Duration) -> Result<Nanos, crate::error::ParamError> {
+    Nanos::try_from(window.as_nanos()).map_err(|_| crate::error::ParamError::TooLarge { field: "window" })
+}
+
 pub(crate) fn check_window_params(limit: u64, window: Nanos) -> Result<(), crate::error::ParamError> {
     if limit == 0 {
         return Err(crate::error::ParamError::Zero { field: "limit" });

@@ -45,6 +45,20 @@ impl SlidingLogState {
 }
 
 impl SlidingLog {
+    /// `limit` requests per `window`, given as a [`std::time::Duration`] (a window beyond
+    /// 64-bit nanoseconds, some 584 years, is [`ParamError::TooLarge`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice_core::{SlidingLog, NANOS_PER_SEC};
+    /// assert_eq!(SlidingLog::per(10, Duration::from_secs(60)), SlidingLog::new(10, 60 * NANOS_PER_SEC));
+    /// assert!(SlidingLog::per(10, Duration::MAX).is_err());
+    /// assert!(SlidingLog::per(10, Duration::ZERO).is_err());
+    /// ```
+    pub fn per(limit: u64, window: std::time::Duration) -> Result<Self, ParamError> {
+        Self::new(limit, crate::algorithm::window_nanos(window)?)
+    }
+
     /// `limit` requests in any interval of `window` nanoseconds.
     pub fn new(limit: u64, window: Nanos) -> Result<Self, ParamError> {
         check_window_params(limit, window)?;

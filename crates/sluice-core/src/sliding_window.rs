@@ -44,6 +44,20 @@ struct View {
 }
 
 impl SlidingWindow {
+    /// `limit` requests per `window`, given as a [`std::time::Duration`] (a window beyond
+    /// 64-bit nanoseconds, some 584 years, is [`ParamError::TooLarge`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluice_core::{SlidingWindow, NANOS_PER_SEC};
+    /// assert_eq!(SlidingWindow::per(10, Duration::from_secs(60)), SlidingWindow::new(10, 60 * NANOS_PER_SEC));
+    /// assert!(SlidingWindow::per(10, Duration::MAX).is_err());
+    /// assert!(SlidingWindow::per(10, Duration::ZERO).is_err());
+    /// ```
+    pub fn per(limit: u64, window: std::time::Duration) -> Result<Self, ParamError> {
+        Self::new(limit, crate::algorithm::window_nanos(window)?)
+    }
+
     /// `limit` requests per sliding `window` nanoseconds (estimated).
     pub fn new(limit: u64, window: Nanos) -> Result<Self, ParamError> {
         check_window_params(limit, window)?;
