@@ -8,6 +8,11 @@
 #   SECONDS_PER_CASE=5 bash bench/instructions.sh
 #   SLUICE_BIN=/path/to/older/sluice bash bench/instructions.sh   # another build, no cargo
 #
+# Decision lines are not counted (callgrind's --toggle-collect leaves out DecisionLine::emit): the
+# seed service writes at most 100 denial lines a second whatever the load, a cost per second that
+# would be spread over as many requests as valgrind's speed let through that second, and the
+# figure would move with the machine's load. Deciding whether to write a line is counted.
+#
 # Each server runs under callgrind twice: once for start-up and one request (subtracted), once
 # under load; the difference divided by the requests served is its cost per request.
 set -euo pipefail
@@ -82,7 +87,7 @@ SEED=$(free_port)
 measure() {
   local name=$1 url=$2 load=$3; shift 3
   local out="$dir/cg.$name.$load"
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >/dev/null 2>"$out.log" &
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='*DecisionLine::emit*' --collect-atstart=yes "$@" >/dev/null 2>"$out.log" &
   local pid=$!
   wait_url "$url"
   local requests=1
