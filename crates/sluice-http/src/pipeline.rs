@@ -239,11 +239,22 @@ impl Limiter {
     /// response settings, keys hashed by `hasher`.
     pub fn of_config(config: &Config, store: Arc<dyn Store>, hasher: KeyHasher) -> Self {
         let s = &config.server;
+        #[cfg(feature = "jwt")]
         let jwt = config.identity.jwt.as_ref().map(|j| {
             let clock = Arc::new(SystemClock::new());
             let pointers = jwt_pointers(config.routes.iter().flat_map(|r| &r.limits));
             Arc::new(JwtVerifier::new(j, hasher.clone(), clock, pointers))
         });
+        #[cfg(not(feature = "jwt"))]
+        let jwt: Option<Arc<JwtVerifier>> = {
+            if config.identity.jwt.is_some() {
+                tracing::error!(
+                    target: "sluice::config",
+                    "[identity.jwt] is configured, but this build has no `jwt` feature: every request with a token is refused"
+                );
+            }
+            None
+        };
         Self::new(
             Enforcer::of_config(store, config),
             KeyBuilder::new(hasher, s.user_header.clone()).with_jwt(jwt),

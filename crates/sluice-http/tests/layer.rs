@@ -169,6 +169,9 @@ async fn limits_that_cannot_be_built_are_refused() {
         assert_eq!(refused, Some(LayerError::Cost { policy: "per-ip".into(), cost, limit: 3 }));
     }
     assert!(axum_layer(store()).limit_with_cost("per-ip", ip(), 3).build().is_ok());
+    // A claim with nothing to verify tokens would always be absent: every client on `ip`.
+    let unverified = axum_layer(store()).limit("per-ip", "jwt:sub|ip").build().err();
+    assert_eq!(unverified, Some(LayerError::JwtWithoutVerifier("jwt:sub|ip".into())));
 }
 
 #[test]

@@ -3,14 +3,20 @@
 use std::sync::Arc;
 
 use http::HeaderMap;
+#[cfg(feature = "jwt")]
 use jsonwebtoken::crypto::CryptoProvider;
+#[cfg(feature = "jwt")]
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+#[cfg(feature = "jwt")]
 use serde_json::Value;
-use sluice_config::{Jwt, JwtAlgorithm, JwtKeyMaterial, OnInvalidToken, TokenSource};
+#[cfg(feature = "jwt")]
+use sluice_config::{Jwt, JwtAlgorithm, JwtKeyMaterial};
+use sluice_config::{OnInvalidToken, TokenSource};
 use sluice_core::{Clock, NANOS_PER_SEC};
 use sluice_store::{KeyHash, KeyHasher};
 
 use super::cache::TokenCache;
+#[cfg(feature = "jwt")]
 use super::claims::claim_key;
 use super::token::{Found, find_token};
 
@@ -48,6 +54,7 @@ impl Verified {
 }
 
 /// A verification key with the one algorithm it may verify.
+#[cfg(feature = "jwt")]
 struct Key {
     /// The JWK `kid`, if any.
     kid: Option<String>,
@@ -56,6 +63,11 @@ struct Key {
     /// The key, for the JOSE crate.
     key: DecodingKey,
 }
+
+/// Without the `jwt` feature there is no key, and no verifier can be made ([`JwtVerifier::new`]
+/// is the feature's): a `jwt:` key part is refused where limits are built.
+#[cfg(not(feature = "jwt"))]
+enum Key {}
 
 /// Verifies the tokens of `[identity.jwt]` and caches each verdict by the token's keyed hash:
 /// a valid token costs one lookup until it expires; an invalid one costs one verification,
@@ -121,6 +133,7 @@ impl std::fmt::Debug for JwtVerifier {
 impl JwtVerifier {
     /// A verifier of `config`'s tokens reading the claims at `pointers`, caching by `hasher`'s
     /// keyed hash, judging `exp` and `nbf` by `clock` (Unix nanoseconds).
+    #[cfg(feature = "jwt")]
     pub fn new(config: &Jwt, hasher: KeyHasher, clock: Arc<dyn Clock>, pointers: Vec<String>) -> Self {
         if CryptoProvider::try_get_default().is_none() {
             // Several backends compiled in and none chosen: choose the pure-Rust one.
@@ -211,8 +224,15 @@ impl JwtVerifier {
         if verified.valid_at(now) { TokenStatus::Valid(verified) } else { TokenStatus::Invalid }
     }
 
+    /// No verifier exists without the `jwt` feature: nothing verifies.
+    #[cfg(not(feature = "jwt"))]
+    fn check(&self, _: &str) -> Option<Verified> {
+        None
+    }
+
     /// The token's signature, issuer and audience checked, its times read; `None` when it does
     /// not verify with any key allowed for its algorithm.
+    #[cfg(feature = "jwt")]
     fn check(&self, token: &str) -> Option<Verified> {
         let header = jsonwebtoken::decode_header(token).ok()?;
         // A token naming a kid is tried with that key only; otherwise with each key of its algorithm.

@@ -27,6 +27,20 @@ use crate::store_health::StoreHealth;
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
 
+/// Where the layer finds a request's socket peer unless told ([`RateLimitLayerBuilder::peer`]):
+/// a `SocketAddr` extension (hyper servers that put one there) and, with the `axum` feature,
+/// axum's `ConnectInfo<SocketAddr>` (`into_make_service_with_connect_info`).
+pub fn default_peer(ext: &http::Extensions) -> Option<IpAddr> {
+    if let Some(addr) = ext.get::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip());
+    }
+    None
+}
+
 /// The route name the layer reports its decisions under when none is given.
 pub const DEFAULT_ROUTE_NAME: &str = "layer";
 
@@ -55,6 +69,10 @@ pub enum LayerError {
     /// A limit names a policy the store does not have.
     #[error("no policy named `{0}` in the store")]
     UnknownPolicy(String),
+    /// A key reads a bearer token's claim (`jwt:`) and no verifier is given (`.jwt(...)`, with
+    /// the `jwt` feature).
+    #[error("key `{0}` reads a bearer token's claim: give the layer .jwt(...) to verify tokens (the `jwt` feature)")]
+    JwtWithoutVerifier(String),
     /// The layer does not read bodies: `json:` key parts need the gateway.
     #[error("key `{0}` reads the body; the tower layer supports header, ip, user, method, path and const parts")]
     BodyKey(String),
@@ -139,6 +157,7 @@ pub struct RateLimitLayerBuilder {
     /// Finds the socket peer of a request.
     peer: PeerFn,
     /// `[identity.jwt]`: how bearer tokens are verified for `jwt:` parts (none by default).
+    #[cfg(feature = "jwt")]
     jwt: Option<sluice_config::Jwt>,
     /// The name decisions are reported under (a bounded label, never a request's path).
     route: String,
@@ -194,6 +213,7 @@ impl RateLimitLayerBuilder {
 
     /// Verifies bearer tokens as `jwt` says, so `jwt:CLAIM` key parts read verified claims
     /// (without it they are always absent). The token cache is the layer's own.
+    #[cfg(feature = "jwt")]
     pub fn jwt(mut self, jwt: sluice_config::Jwt) -> Self {
         self.jwt = Some(jwt);
         self
@@ -205,9 +225,8 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// How to find the socket peer in a request's extensions. The default looks for a
-    /// `SocketAddr` extension; with axum, pass
-    /// `|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())`. When a limit keys on the
+    /// How to find the socket peer in a request's extensions. The default ([`default_peer`])
+    /// reads a `SocketAddr` extension and, with the `axum` feature, axum's `ConnectInfo`. When a limit keys on the
     /// client (`ip`, `user`) and a request has no peer, it is answered 500 `no_client_address`
     /// (logged at the first such request): every client in one bucket would be a limit nobody
     /// asked for.
@@ -251,10 +270,20 @@ impl RateLimitLayerBuilder {
             }
             limits.push(RouteLimit { policy, key, cost, plan: None });
         }
+        #[cfg(feature = "jwt")]
         let verifier = self.jwt.as_ref().map(|j| {
             let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SystemClock::new());
             Arc::new(JwtVerifier::new(j, self.hasher.clone(), clock, jwt_pointers(limits.iter())))
         });
+        #[cfg(not(feature = "jwt"))]
+        let verifier: Option<Arc<JwtVerifier>> = None;
+        // A `jwt:` part with no verifier would always be absent: every client would fall back
+        // to the next source, or share one bucket, without a word.
+        if verifier.is_none()
+            && let Some(limit) = limits.iter().find(|l| !jwt_pointers(std::iter::once(*l)).is_empty())
+        {
+            return Err(LayerError::JwtWithoutVerifier(limit.key.to_string()));
+        }
         let limiter = Limiter::new(
             enforcer,
             KeyBuilder::new(self.hasher, self.user_header).with_jwt(verifier),
@@ -409,7 +438,8 @@ impl RateLimitLayer {
             hasher: KeyHasher::random(),
             secret_given: false,
             user_header: None,
-            peer: Arc::new(|ext| ext.get::<SocketAddr>().map(|a| a.ip())),
+            peer: Arc::new(default_peer),
+            #[cfg(feature = "jwt")]
             jwt: None,
             route: DEFAULT_ROUTE_NAME.to_owned(),
             observer: None,

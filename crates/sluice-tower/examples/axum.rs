@@ -4,7 +4,7 @@
 //! Run it:
 //!
 //! ```text
-//! cargo run -p sluice-http --example axum_app          # listens on 127.0.0.1:3001 (PORT to change)
+//! cargo run -p sluice-tower --example axum          # listens on 127.0.0.1:3001 (PORT to change)
 //! ```
 //!
 //! Then, in another shell:
@@ -27,11 +27,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Path};
+use axum::extract::Path;
 use axum::routing::get;
-use sluice_core::{SystemClock, TokenBucket};
-use sluice_http::layer::RateLimitLayer;
-use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
+use sluice_tower::{MemoryOptions, MemoryStore, NamedPolicy, RateLimitLayer, SystemClock, TokenBucket};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -50,8 +48,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .limit("per-ip", "ip")
         // Every API key; without the header, the address stands in for it.
         .limit("per-key", "header:x-api-key|ip")
-        // axum puts the socket peer in `ConnectInfo`; behind a proxy, add `.trusted_proxies(...)`.
-        .peer(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
+        // The client address is read from axum's `ConnectInfo` (`serve` below); behind a
+        // proxy, add `.trusted_proxies(...)`.
         .build()?;
 
     let api = Router::new()
@@ -62,7 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3001);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("axum_app listening on http://{}", listener.local_addr()?);
+    println!("axum example listening on http://{}", listener.local_addr()?);
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

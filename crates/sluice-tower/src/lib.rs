@@ -1,0 +1,33 @@
+#![doc = include_str!("../README.md")]
+//!
+//! ## What is here
+//!
+//! - [`RateLimitLayer`] and its [`RateLimitLayerBuilder`]: the layer, its limits and settings.
+//! - The policies a store holds: [`TokenBucket`], [`FixedWindow`], [`SlidingLog`],
+//!   [`SlidingWindow`], [`LeakyBucket`] (each converts into a [`Policy`]).
+//! - The stores: [`MemoryStore`] (one process) and, with the `redis` feature, `RedisStore`.
+//! - Keys: the configuration file's strings ([`IntoKey`], [`KeySpec`]).
+
+pub use ipnet::IpNet;
+pub use sluice_config::{ForwardedHeader, HeaderStyle, KeySource, KeySpec};
+pub use sluice_core::{
+    Clock, Decision, FixedWindow, LeakMode, LeakyBucket, ManualClock, ParamError, Policy, SlidingLog, SlidingWindow,
+    SystemClock, TokenBucket,
+};
+pub use sluice_http::layer::{
+    DEFAULT_ROUTE_NAME, IntoKey, LayerError, Observe, PeerFn, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    default_peer,
+};
+pub use sluice_http::lifecycle::Counted;
+pub use sluice_http::pipeline::Ruling;
+pub use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store, StoreError, WhenFull};
+
+/// Bearer tokens: how `jwt:CLAIM` key parts are verified ([`RateLimitLayerBuilder::jwt`]).
+#[cfg(feature = "jwt")]
+pub use sluice_config::Jwt;
+
+/// A store shared by every instance on Redis (or Redis Cluster): one atomic script call per
+/// decision. Every instance must be given the same `.key_secret(...)`, and the options a
+/// failure mode ([`OnError`]).
+#[cfg(feature = "redis")]
+pub use sluice_redis::{OnError, RedisOptions, RedisStore, RedisStoreError};
