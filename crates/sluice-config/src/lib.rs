@@ -23,27 +23,36 @@
 //! assert_eq!(err.to_string(), "sluice.toml:4: policy[0].capacity: capacity must be at least 1");
 //! ```
 
+#[cfg(feature = "toml")]
 mod accepted_keys;
+mod defaults;
 mod duration;
 mod error;
+#[cfg(feature = "toml")]
 mod field_path;
+#[cfg(feature = "toml")]
 mod identity;
+mod key_part;
 pub mod method;
 mod model;
 mod path;
+#[cfg(feature = "toml")]
 mod raw;
 mod secret;
+#[cfg(feature = "toml")]
 mod validate;
 
+#[cfg(feature = "toml")]
 pub use accepted_keys::accepted_keys;
+pub use defaults::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN, MAX_SLIDING_LOG_LIMIT};
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use model::*;
 pub use path::{PathPattern, PathRefusal, PathShape, normalize_path, request_path};
 pub use secret::{REDACTED, Secret, SecretUrl};
-pub use validate::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN, MAX_SLIDING_LOG_LIMIT};
 
 /// Parses and validates configuration text; `file` names it in errors.
+#[cfg(feature = "toml")]
 pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
     let src = error::Source { file, text };
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
@@ -60,6 +69,7 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
 }
 
 /// Reads, parses and validates a configuration file.
+#[cfg(feature = "toml")]
 pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -72,6 +82,7 @@ pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
 }
 
 /// serde's message, with the one that names a type of ours said in the file's terms.
+#[cfg(feature = "toml")]
 fn serde_message(message: &str) -> String {
     if message.starts_with("data did not match any variant of untagged enum RawKey") {
         return "expected a key: one string (`\"header:x-api-key|ip\"`) or an array of parts".to_string();

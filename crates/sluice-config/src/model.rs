@@ -533,7 +533,7 @@ impl KeySpec {
         if parts.is_empty() {
             return Err("key must name at least one part".into());
         }
-        let parts = parts.iter().map(|p| crate::validate::key::key_part(p.as_ref())).collect::<Result<_, _>>()?;
+        let parts = parts.iter().map(|p| crate::key_part::key_part(p.as_ref())).collect::<Result<_, _>>()?;
         Ok(KeySpec { parts })
     }
 

@@ -2,8 +2,10 @@
 //! `Display`, not in `check-config` or `/config`.
 
 use std::fmt;
+#[cfg(feature = "toml")]
 use std::ops::Range;
 
+#[cfg(feature = "toml")]
 use crate::error::{ConfigError, Source};
 
 /// A secret value (a key secret, a bearer token). `Debug` and `Display` print `<redacted>`;
@@ -101,6 +103,7 @@ impl fmt::Display for SecretUrl {
 /// A secret given inline as `{base}`, in a file `{base}_file` (relative to the config file's
 /// folder; one trailing newline dropped), or in the environment variable `{base}_env` names: at
 /// most one of the three.
+#[cfg(feature = "toml")]
 pub(crate) fn read_secret(
     src: &Source<'_>,
     span: &Range<usize>,

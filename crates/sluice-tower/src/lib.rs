@@ -15,8 +15,8 @@ pub use sluice_core::{
     SystemClock, TokenBucket,
 };
 pub use sluice_http::layer::{
-    DEFAULT_ROUTE_NAME, IntoKey, LayerError, Observe, PeerFn, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    default_peer,
+    AnswerBody, DEFAULT_ROUTE_NAME, IntoKey, LayerError, Observe, PeerFn, RateLimit, RateLimitLayer,
+    RateLimitLayerBuilder, default_peer,
 };
 pub use sluice_http::lifecycle::Counted;
 pub use sluice_http::pipeline::Ruling;
@@ -25,6 +25,11 @@ pub use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store, StoreErro
 /// Bearer tokens: how `jwt:CLAIM` key parts are verified ([`RateLimitLayerBuilder::jwt`]).
 #[cfg(feature = "jwt")]
 pub use sluice_config::Jwt;
+
+/// sluice's TOML configuration: policies, routes and limits read and validated as the gateway
+/// reads its file, every error naming the file, the line and the field.
+#[cfg(feature = "config")]
+pub use sluice_config::{Config, ConfigError, load, parse};
 
 /// A store shared by every instance on Redis (or Redis Cluster): one atomic script call per
 /// decision. Every instance must be given the same `.key_secret(...)`, and the options a

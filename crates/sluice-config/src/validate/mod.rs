@@ -5,7 +5,6 @@ mod address;
 mod decision_api;
 mod decision_log;
 mod forward_auth;
-pub(crate) mod key;
 mod policy;
 mod rls;
 mod route;
@@ -19,9 +18,6 @@ use crate::error::{ConfigError, Source};
 use crate::model::*;
 use crate::raw::*;
 use address::addr;
-
-pub use policy::MAX_SLIDING_LOG_LIMIT;
-pub use server::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN};
 
 /// The whole configuration: every table, then what one table requires of another.
 pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, ConfigError> {

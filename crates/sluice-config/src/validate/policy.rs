@@ -6,13 +6,11 @@ use sluice_core::{
     ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket,
 };
 
+use crate::defaults::MAX_SLIDING_LOG_LIMIT;
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
 use crate::model::*;
 use crate::raw::*;
-
-/// The largest sliding-log limit: its state holds one timestamp per admitted unit of cost.
-pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 
 /// The `i`th `[[policy]]`, at `span`.
 pub(super) fn policy(

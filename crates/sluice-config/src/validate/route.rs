@@ -5,8 +5,8 @@ use std::ops::Range;
 
 use sluice_core::{CostError, check_cost};
 
-use super::key::plan_source;
 use crate::error::{ConfigError, Source};
+use crate::key_part::plan_source;
 use crate::model::*;
 use crate::path::{PathPattern, PathShape, normalize_path, request_path};
 use crate::raw::*;

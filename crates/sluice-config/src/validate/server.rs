@@ -4,25 +4,12 @@
 use sluice_core::Nanos;
 
 use super::address::{addr, ip_net};
+use crate::defaults::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN};
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
 use crate::model::*;
 use crate::raw::*;
 use crate::secret::read_secret;
-
-/// Default listen address of a config without `server.listen`.
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
-
-/// The prefix IPv6 clients are grouped by when nothing sets it (`server.ipv6_prefix`, the tower
-/// layer, the default service, the rate-limit service): a /56 is what one subscriber is commonly
-/// delegated, so one household or server is one client however many addresses it rotates through.
-///
-/// ```
-/// let cfg = sluice_config::parse("s.toml", "").unwrap();
-/// assert_eq!(cfg.server.ipv6_prefix, sluice_config::DEFAULT_IPV6_PREFIX);
-/// assert_eq!(sluice_config::DEFAULT_IPV6_PREFIX, 56);
-/// ```
-pub const DEFAULT_IPV6_PREFIX: u8 = 56;
 
 /// `[server]`, and `server.decision_api` (the switch, which `[decision_api]` reads).
 pub(super) fn server(

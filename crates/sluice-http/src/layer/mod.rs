@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use ipnet::IpNet;
 use sluice_config::{HeaderStyle, KeySource, KeySpec, RouteLimit};
@@ -24,18 +23,28 @@ use crate::pipeline::{Limiter, Ruling, jwt_pointers};
 use crate::response::Answer;
 use crate::store_health::StoreHealth;
 
+mod body;
+mod grpc;
+
+pub use body::AnswerBody;
+
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
 
 /// Where the layer finds a request's socket peer unless told ([`RateLimitLayerBuilder::peer`]):
-/// a `SocketAddr` extension (hyper servers that put one there) and, with the `axum` feature,
-/// axum's `ConnectInfo<SocketAddr>` (`into_make_service_with_connect_info`).
+/// a `SocketAddr` extension (hyper servers that put one there), with the `axum` feature axum's
+/// `ConnectInfo<SocketAddr>` (`into_make_service_with_connect_info`), and with the `tonic`
+/// feature tonic's `TcpConnectInfo`.
 pub fn default_peer(ext: &http::Extensions) -> Option<IpAddr> {
     if let Some(addr) = ext.get::<SocketAddr>() {
         return Some(addr.ip());
     }
     #[cfg(feature = "axum")]
     if let Some(axum::extract::ConnectInfo(addr)) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = ext.get::<tonic::transport::server::TcpConnectInfo>().and_then(|c| c.remote_addr()) {
         return Some(addr.ip());
     }
     None
@@ -483,7 +492,7 @@ where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: Send + 'static,
-    R: From<Bytes> + Send + 'static,
+    R: AnswerBody + Send + 'static,
 {
     type Response = Response<R>;
     type Error = S::Error;
@@ -499,9 +508,14 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let limiter = &shared.limiter;
+            let grpc = grpc::is_grpc(req.headers());
             let peer = match (shared.peer)(req.extensions()) {
                 Some(peer) => peer,
-                None if shared.no_peer.refuses => return Ok(shared.no_peer.refusal().into_response(R::from)),
+                None if shared.no_peer.refuses => {
+                    let refusal = shared.no_peer.refusal();
+                    let refusal = if grpc { grpc::grpc_answer(refusal) } else { refusal };
+                    return Ok(refusal.into_response(R::from_answer));
+                }
                 // No limit reads the client: the address is never used.
                 None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             };
@@ -509,7 +523,7 @@ where
             let observer: &dyn Observe = shared.observer.as_deref().unwrap_or(&shared.watched);
             let lifecycle = Lifecycle::new(limiter, observer);
             let (head, body) = req.into_parts();
-            let face = Inner { service: inner, body, response: PhantomData };
+            let face = Inner { service: inner, body, grpc, response: PhantomData };
             lifecycle.limited(&shared.route, &shared.limits, &client, head, face).await
         })
     }
@@ -522,6 +536,8 @@ struct Inner<S, B, R> {
     service: S,
     /// The request's body, joined to its head again when it is passed on.
     body: B,
+    /// True for a gRPC call: sluice's answers are given in gRPC's terms ([`grpc::grpc_answer`]).
+    grpc: bool,
     /// The service's response body.
     response: PhantomData<fn() -> R>,
 }
@@ -530,14 +546,15 @@ impl<S, B, R> Face for Inner<S, B, R>
 where
     S: Service<Request<B>, Response = Response<R>> + Send,
     S::Future: Send,
-    R: From<Bytes>,
+    R: AnswerBody,
 {
     type Request = http::request::Parts;
     type Response = Response<R>;
     type Error = S::Error;
 
     fn answer(&self, answer: Answer) -> Response<R> {
-        answer.into_response(R::from)
+        let answer = if self.grpc { grpc::grpc_answer(answer) } else { answer };
+        answer.into_response(R::from_answer)
     }
 
     fn status(response: &Response<R>) -> u16 {
@@ -561,6 +578,8 @@ where
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+
+    use bytes::Bytes;
 
     use sluice_core::{ManualClock, TokenBucket};
     use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};

@@ -69,7 +69,8 @@ fn claim_pointer(claim: &str) -> String {
 
 /// The source of `policy_by`: one source a client cannot set for itself. A header is believed
 /// only from trusted proxies (so it needs some), as the user header is.
-pub(super) fn plan_source(text: &str, server: &Server) -> Result<KeySource, String> {
+#[cfg(feature = "toml")]
+pub(crate) fn plan_source(text: &str, server: &Server) -> Result<KeySource, String> {
     let chain = key_part(text)?;
     match chain.as_slice() {
         [by @ (KeySource::Jwt(_) | KeySource::User)] => Ok(by.clone()),
