@@ -244,6 +244,11 @@ fn the_layer_and_its_builder_say_what_they_limit_and_never_their_secret() {
     let shown = format!("{layer:?}");
     assert!(shown.contains("per-key by header:x-api-key|ip (cost 1)"), "{shown}");
     assert!(!shown.contains("s3cret") && !format!("{layer:#?}").contains("s3cret"), "{shown}");
+    // The service it makes says the same, and what it wraps.
+    let service = tower::Layer::layer(&layer, "the inner service");
+    let shown = format!("{service:?}");
+    assert!(shown.contains("the inner service") && shown.contains("per-key by header:x-api-key|ip"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
 }
 
 #[tokio::test]

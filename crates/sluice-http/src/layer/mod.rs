@@ -487,6 +487,13 @@ pub struct RateLimit<S> {
     shared: Arc<Shared>,
 }
 
+impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let layer = RateLimitLayer { shared: self.shared.clone() };
+        f.debug_struct("RateLimit").field("inner", &self.inner).field("layer", &layer).finish()
+    }
+}
+
 impl<S, B, R> Service<Request<B>> for RateLimit<S>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
