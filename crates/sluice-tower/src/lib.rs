@@ -10,6 +10,9 @@
 
 pub use ipnet::IpNet;
 pub use sluice_config::{ForwardedHeader, HeaderStyle, KeySource, KeySpec};
+/// The configuration file's duration strings (`"250ms"`, `"1m"`, `"1.5h"`) in nanoseconds, for
+/// windows written as the file writes them: `SlidingWindow::per(100, Duration::from_nanos(parse_duration("1m")?))`.
+pub use sluice_core::parse_duration;
 pub use sluice_core::{
     Clock, Decision, FixedWindow, LeakMode, LeakyBucket, ManualClock, ParamError, Policy, SlidingLog, SlidingWindow,
     SystemClock, TokenBucket,
