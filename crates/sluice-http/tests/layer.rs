@@ -307,35 +307,9 @@ async fn a_store_that_cannot_decide_answers_503_without_calling_the_service() {
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 }
 
-/// Log lines written while it lives, on this thread (tests run on a current-thread runtime).
-struct Logs {
-    lines: Arc<std::sync::Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
-}
-
-impl Logs {
-    fn capture() -> Logs {
-        #[derive(Clone)]
-        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = Sink(lines.clone());
-        let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
-        Logs { lines, _guard: tracing::subscriber::set_default(subscriber) }
-    }
-
-    fn count(&self, text: &str) -> usize {
-        String::from_utf8_lossy(&self.lines.lock().unwrap()).matches(text).count()
-    }
-}
+#[path = "logs/mod.rs"]
+mod logs;
+use logs::Logs;
 
 #[tokio::test]
 async fn without_an_observer_a_store_failure_is_logged_when_it_starts_and_ends_and_counted() {

@@ -11,14 +11,15 @@
 //!
 //! ```text
 //! curl -i localhost:3001/health                         # not limited
-//! curl -i localhost:3001/api/data                       # per IP: 10 at once, then 1 per second
 //! curl -i -H 'x-api-key: team-a' localhost:3001/api/data    # per key: 5 at once, then 1 every 2 s
 //! for i in $(seq 7); do curl -s -o /dev/null -w '%{http_code} ' -H 'x-api-key: team-a' localhost:3001/api/data; done
+//! for i in $(seq 7); do curl -s -o /dev/null -w '%{http_code} ' localhost:3001/api/data; done
 //! ```
 //!
-//! The last line prints five `200`s and then `429`s: the `team-a` key is spent, while another
-//! key (or no key) from the same address still gets through until the per-IP limit is reached.
-//! A request without `x-api-key` is counted under its address instead (`header:x-api-key|ip`).
+//! The first loop prints five `200`s and then `429`s: the `team-a` key is spent, while another
+//! key from the same address still gets through until the address's own limit (10 at once, then
+//! 1 a second) is reached. A request without `x-api-key` counts under its address in both
+//! limits (`header:x-api-key|ip`): the second loop also stops after five, the tighter of the two.
 //! Admitted responses carry `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and
 //! `RateLimit-Policy`, describing the limit closest to denying; a denial is a 429 with
 //! `Retry-After`, `Cache-Control: no-store` and a JSON body, and the handler does not run.
@@ -31,8 +32,8 @@ use axum::extract::Path;
 use axum::routing::get;
 use sluice_tower::{MemoryOptions, MemoryStore, NamedPolicy, RateLimitLayer, SystemClock, TokenBucket};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// The app: `/api` limited per address and per API key, `/health` not limited.
+pub fn app() -> Result<Router, Box<dyn std::error::Error>> {
     // The limits live in an in-memory store; each policy has a name the layer refers to.
     let store = MemoryStore::new(
         vec![
@@ -56,8 +57,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/api/data", get(|| async { axum::Json(serde_json::json!({ "data": [1, 2, 3] })) }))
         .route("/api/hello/{name}", get(|Path(name): Path<String>| async move { format!("hello, {name}\n") }))
         .layer(limits);
-    let app = Router::new().route("/health", get(|| async { "ok\n" })).merge(api);
+    Ok(Router::new().route("/health", get(|| async { "ok\n" })).merge(api))
+}
 
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let app = app()?;
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3001);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("axum example listening on http://{}", listener.local_addr()?);

@@ -1,5 +1,5 @@
-//! A plain hyper 1 server (no framework) limited by sluice's tower layer: 5 requests a second
-//! per client address, after a burst of 5.
+//! A plain hyper 1 server (no framework) limited by sluice's tower layer: per client address, a
+//! burst of 5, then one request a second.
 //!
 //! ```text
 //! cargo run -p sluice-tower --example hyper          # listens on 127.0.0.1:3002 (PORT to change)
@@ -29,16 +29,12 @@ async fn hello(_: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible
     Ok(Response::new(Full::new(Bytes::from_static(b"hello\n"))))
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let policy = NamedPolicy { name: "per-ip".into(), policy: TokenBucket::new(5, 5.0)?.into() };
+/// Serves the limited app on `listener` until it fails.
+pub async fn serve(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error::Error>> {
+    let policy = NamedPolicy { name: "per-ip".into(), policy: TokenBucket::new(5, 1.0)?.into() };
     let store = MemoryStore::new(vec![policy], MemoryOptions::default(), Arc::new(SystemClock::new()));
     let limits = RateLimitLayer::builder(Arc::new(store)).limit("per-ip", "ip").build()?;
     let app = ServiceBuilder::new().layer(limits).service_fn(hello);
-
-    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3002);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("hyper example listening on http://{}", listener.local_addr()?);
     loop {
         let (stream, peer) = listener.accept().await?;
         // Each request of this connection carries its peer, where the layer reads it.
@@ -56,4 +52,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         });
     }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3002);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("hyper example listening on http://{}", listener.local_addr()?);
+    serve(listener).await
 }

@@ -1,5 +1,5 @@
 //! A gRPC service (tonic's health service) limited per client and per method by sluice's tower
-//! layer: each client may call each method 5 times a second.
+//! layer: each client may call each method 5 times in a burst, then once a second.
 //!
 //! ```text
 //! cargo run -p sluice-tower --features tonic --example tonic        # listens on 127.0.0.1:50051 (PORT to change)
@@ -12,21 +12,25 @@
 //! `tonic` feature.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use sluice_tower::{FixedWindow, MemoryOptions, MemoryStore, NamedPolicy, RateLimitLayer, SystemClock};
+use sluice_tower::{MemoryOptions, MemoryStore, NamedPolicy, RateLimitLayer, SystemClock, TokenBucket};
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+/// Serves the limited health service on `incoming` until it fails.
+pub async fn serve(incoming: TcpIncoming) -> Result<(), Box<dyn std::error::Error>> {
+    let policy = NamedPolicy { name: "per-call".into(), policy: TokenBucket::new(5, 1.0)?.into() };
+    let store = MemoryStore::new(vec![policy], MemoryOptions::default(), Arc::new(SystemClock::new()));
+    let limits = RateLimitLayer::builder(Arc::new(store)).limit("per-call", ["ip", "path"]).build()?;
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    Server::builder().layer(limits).add_service(health).serve_with_incoming(incoming).await?;
+    Ok(())
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let policy = NamedPolicy { name: "per-call".into(), policy: FixedWindow::per(5, Duration::from_secs(1))?.into() };
-    let store = MemoryStore::new(vec![policy], MemoryOptions::default(), Arc::new(SystemClock::new()));
-    let limits = RateLimitLayer::builder(Arc::new(store)).limit("per-call", ["ip", "path"]).build()?;
-
-    let (_reporter, health) = tonic_health::server::health_reporter();
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(50051);
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    println!("tonic example listening on {addr}");
-    Server::builder().layer(limits).add_service(health).serve(addr).await?;
-    Ok(())
+    let incoming = TcpIncoming::bind(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?;
+    println!("tonic example listening on {}", incoming.local_addr()?);
+    serve(incoming).await
 }
