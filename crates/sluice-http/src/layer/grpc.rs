@@ -7,13 +7,14 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 
 use crate::response::Answer;
 
-/// True when the request is a gRPC call (`content-type: application/grpc`, with or without a
-/// `+proto`-like suffix), answered by [`grpc_answer`].
+/// True when the request is a gRPC call (`content-type: application/grpc`, alone or followed by
+/// a `+proto`-like suffix, a `;` parameter, or gRPC-Web's `-web`), answered by [`grpc_answer`].
+/// Another type that merely starts alike (`application/grpcx`) is plain HTTP, and its denial a 429.
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.get(..16).is_some_and(|p| p.eq_ignore_ascii_case("application/grpc")))
+    let Some(value) = headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes) else { return false };
+    let Some((kind, rest)) = value.split_at_checked(16) else { return false };
+    kind.eq_ignore_ascii_case(b"application/grpc")
+        && (rest.is_empty() || rest.starts_with(b"+") || rest.starts_with(b";") || rest.starts_with(b"-web"))
 }
 
 /// sluice's answer as a gRPC "trailers-only" response: HTTP 200, no body, the status in
@@ -54,7 +55,10 @@ mod tests {
         assert!(is_grpc(&with("application/grpc+proto")));
         assert!(is_grpc(&with("Application/GRPC")));
         assert!(!is_grpc(&with("application/json")));
+        assert!(is_grpc(&with("application/grpc;charset=utf-8")));
+        assert!(is_grpc(&with("application/grpc-web+proto")));
         assert!(!is_grpc(&with("application/grp")));
+        assert!(!is_grpc(&with("application/grpcx")), "a type that only starts alike is plain HTTP");
         assert!(!is_grpc(&HeaderMap::new()));
     }
 
