@@ -174,6 +174,28 @@ async fn limits_that_cannot_be_built_are_refused() {
     assert_eq!(unverified, Some(LayerError::JwtWithoutVerifier("jwt:sub|ip".into())));
 }
 
+/// An attacker over its limit who says its request is a gRPC call (any spelling of the type)
+/// changes only the form of its denial: the handler is never called. A type that merely starts
+/// alike keeps the HTTP 429.
+#[tokio::test]
+async fn a_grpc_content_type_changes_how_a_denial_reads_never_whether_it_is_denied() {
+    let (handler, hits) = counting("ok");
+    let layer = axum_layer(store()).limit("per-ip", ip()).build().unwrap();
+    let c = Client { app: Router::new().route("/x", get(handler)).layer(layer) };
+    for _ in 0..3 {
+        assert_eq!(c.get("/x", &[]).await.status, 200);
+    }
+    for grpc in ["application/grpc", "Application/GRPC+proto", "application/grpc;a=b", "application/grpc-web"] {
+        let denied = c.get("/x", &[("content-type", grpc)]).await;
+        assert_eq!((denied.status, denied.headers["grpc-status"].to_str().unwrap()), (200, "8"), "{grpc}");
+        assert!(denied.body.is_empty() && denied.headers.get("retry-after").is_some(), "{grpc}");
+    }
+    let http = c.get("/x", &[("content-type", "application/grpcx")]).await;
+    assert_eq!(http.status, 429);
+    assert!(http.headers.get("grpc-status").is_none());
+    assert_eq!(hits.load(Ordering::SeqCst), 3, "no denied request reached the handler");
+}
+
 #[test]
 fn keys_read_as_the_configuration_file_reads_them() {
     assert_eq!("header:X-Api-Key|ip".into_key(), Ok(api_key_or_ip()));

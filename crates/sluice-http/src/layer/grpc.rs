@@ -46,7 +46,34 @@ fn grpc_status(status: StatusCode) -> (u16, &'static str) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("SLUICE_FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000),
+        ))]
+        /// Any content type an attacker sends: read without panicking, and taken as gRPC only
+        /// when it is `application/grpc` (any case) alone or followed by `+`, `;` or `-web`.
+        #[test]
+        fn any_content_type_is_read_and_only_grpc_s_own_count(
+            tail in prop::collection::vec(any::<u8>(), 0..24),
+            prefixed in any::<bool>(),
+            upper in any::<bool>(),
+        ) {
+            let kind = if upper { "APPLICATION/GRPC" } else { "application/grpc" };
+            let mut value = if prefixed { kind.as_bytes().to_vec() } else { Vec::new() };
+            value.extend_from_slice(&tail);
+            let Ok(header) = HeaderValue::from_bytes(&value) else { return Ok(()) };
+            let headers = HeaderMap::from_iter([(CONTENT_TYPE, header)]);
+            let rest = value.get(16..);
+            let expected = value.len() >= 16
+                && value[..16].eq_ignore_ascii_case(b"application/grpc")
+                && rest.is_some_and(|r| r.is_empty() || r[0] == b'+' || r[0] == b';' || r.starts_with(b"-web"));
+            prop_assert_eq!(is_grpc(&headers), expected);
+        }
+    }
 
     #[test]
     fn grpc_calls_are_told_by_their_content_type_whatever_its_case_and_suffix() {

@@ -221,7 +221,7 @@ impl RateLimitLayerBuilder {
     }
 
     /// Verifies bearer tokens as `jwt` says, so `jwt:CLAIM` key parts read verified claims
-    /// (without it they are always absent). The token cache is the layer's own.
+    /// (without it a limit with a `jwt:` part does not build). The token cache is the layer's own.
     #[cfg(feature = "jwt")]
     pub fn jwt(mut self, jwt: sluice_config::Jwt) -> Self {
         self.jwt = Some(jwt);
