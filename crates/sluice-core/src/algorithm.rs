@@ -25,6 +25,43 @@ pub trait Algorithm {
     /// True when `state` decides every request at `now` (and later) as a fresh key would, so it
     /// can be dropped without changing any decision.
     fn is_fresh(&self, state: &Self::State, now: Nanos) -> bool;
+
+    /// Gives back, at `now`, `cost` units of a charge that a `check` admitted at `charged_at`:
+    /// the state then decides as if those units had never been charged, as far as the
+    /// algorithm can still tell them apart (each algorithm says how far). A charge the state no
+    /// longer counts (its window is over) gives nothing back, and nothing is ever given back
+    /// beyond what the state holds. The caller gives back a charge once: the state keeps no
+    /// record of what was refunded.
+    fn refund(&self, state: &mut Self::State, charged_at: Nanos, cost: u64, now: Nanos);
+
+    /// Charges `cost` at `now` without deciding: what a request used beyond what it reserved.
+    /// The state may pass the limit — a debt — and then denies until time pays it back; each
+    /// algorithm says how much debt it can hold.
+    fn overrun(&self, state: &mut Self::State, now: Nanos, cost: u64);
+
+    /// Settles a charge of `reserved` units admitted at `charged_at` at what the request
+    /// really used, `actual`: the difference given back ([`Algorithm::refund`]) or charged
+    /// ([`Algorithm::overrun`]).
+    ///
+    /// ```
+    /// use sluice_core::{Algorithm, TokenBucket};
+    /// let tb = TokenBucket::new(10, 1.0).unwrap();
+    /// let mut s = Default::default();
+    /// assert_eq!(tb.check(&mut s, 0, 8).unwrap().remaining, 2); // reserved 8
+    /// tb.settle(&mut s, 0, 8, 3, 0); // used 3: 5 back
+    /// assert_eq!(tb.peek(&s, 0, 1).unwrap().remaining, 6);
+    /// tb.settle(&mut s, 0, 0, 12, 0); // 12 more than reserved: a debt of 5
+    /// let d = tb.peek(&s, 0, 1).unwrap();
+    /// assert!(!d.allowed);
+    /// assert_eq!(d.retry_after, 6 * sluice_core::NANOS_PER_SEC); // the debt, then one token
+    /// ```
+    fn settle(&self, state: &mut Self::State, charged_at: Nanos, reserved: u64, actual: u64, now: Nanos) {
+        if actual < reserved {
+            self.refund(state, charged_at, reserved - actual, now);
+        } else if actual > reserved {
+            self.overrun(state, now, actual - reserved);
+        }
+    }
 }
 
 /// The cost bounds of a request, the one rule every face applies to what a request is

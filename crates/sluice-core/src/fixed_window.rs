@@ -107,4 +107,19 @@ impl Algorithm for FixedWindow {
     fn is_fresh(&self, state: &FixedWindowState, now: Nanos) -> bool {
         self.current(state, now).1 == 0
     }
+
+    /// The count goes back down if the state still counts the window the charge was made in;
+    /// a charge of an earlier window is gone with it.
+    fn refund(&self, state: &mut FixedWindowState, charged_at: Nanos, cost: u64, _now: Nanos) {
+        if state.start == charged_at - charged_at % self.window {
+            state.count = state.count.saturating_sub(cost);
+        }
+    }
+
+    /// Counted in the window of `now`, past the limit if need be: the debt lasts until the
+    /// window ends.
+    fn overrun(&self, state: &mut FixedWindowState, now: Nanos, cost: u64) {
+        let (start, count) = self.current(state, now);
+        *state = FixedWindowState { start, count: count.saturating_add(cost) };
+    }
 }

@@ -132,6 +132,26 @@ macro_rules! gcra_algorithm {
             fn is_fresh(&self, state: &GcraState, now: Nanos) -> bool {
                 state.tat <= now
             }
+
+            /// The theoretical arrival time moves back by the cost, never before `now`: the
+            /// tokens come back, up to the capacity. Exact when no request was charged after
+            /// this one; otherwise it may give back the time the bucket would have refilled
+            /// between this charge and the next: the bound still holds — in any interval of
+            /// length L, what checks admit minus what is refunded is at most
+            /// `capacity + L / interval` (tested in `tests/settle.rs`).
+            fn refund(&self, state: &mut GcraState, _charged_at: Nanos, cost: u64, now: Nanos) {
+                if state.tat > now {
+                    state.tat = state.tat.saturating_sub(cost.saturating_mul(self.meter.interval)).max(now);
+                }
+            }
+
+            /// The theoretical arrival time moves on by the cost, past `now + capacity ×
+            /// interval` if need be: a debt of any size (up to the end of u64 time), paid back at
+            /// the rate; until then every request is denied. Checks still admit at most
+            /// `capacity + L / interval` in any interval of length L.
+            fn overrun(&self, state: &mut GcraState, now: Nanos, cost: u64) {
+                state.tat = state.tat.max(now).saturating_add(cost.saturating_mul(self.meter.interval));
+            }
         }
     };
 }

@@ -203,6 +203,30 @@ impl Policy {
     pub fn is_fresh(&self, state: &State, now: Nanos) -> bool {
         dispatch!(self, state, p, s => p.is_fresh(s, now))
     }
+
+    /// [`Algorithm::refund`] for whichever algorithm this is.
+    ///
+    /// # Panics
+    /// If `state` belongs to another algorithm.
+    pub fn refund(&self, state: &mut State, charged_at: Nanos, cost: u64, now: Nanos) {
+        dispatch!(self, state, p, s => p.refund(s, charged_at, cost, now))
+    }
+
+    /// [`Algorithm::overrun`] for whichever algorithm this is.
+    ///
+    /// # Panics
+    /// If `state` belongs to another algorithm.
+    pub fn overrun(&self, state: &mut State, now: Nanos, cost: u64) {
+        dispatch!(self, state, p, s => p.overrun(s, now, cost))
+    }
+
+    /// [`Algorithm::settle`] for whichever algorithm this is.
+    ///
+    /// # Panics
+    /// If `state` belongs to another algorithm.
+    pub fn settle(&self, state: &mut State, charged_at: Nanos, reserved: u64, actual: u64, now: Nanos) {
+        dispatch!(self, state, p, s => p.settle(s, charged_at, reserved, actual, now))
+    }
 }
 
 macro_rules! from_algorithm {

@@ -134,4 +134,28 @@ impl Algorithm for SlidingLog {
     fn is_fresh(&self, state: &SlidingLogState, now: Nanos) -> bool {
         self.first_live(state, now) == state.times.len()
     }
+
+    /// The charge's entries are removed while they are still in the window: up to `cost`
+    /// entries stamped at `charged_at` or later, the earliest first (a request's entries are
+    /// stamped at the time it was charged; after a clock that stepped back, at the newest entry
+    /// then, and removing an earlier entry than its own keeps a later one: the strict direction).
+    fn refund(&self, state: &mut SlidingLogState, charged_at: Nanos, cost: u64, now: Nanos) {
+        if charged_at as u128 + self.window as u128 <= now as u128 {
+            return; // out of the window: it no longer counts, and later entries are others'
+        }
+        let from = state.times.partition_point(|&t| t < charged_at);
+        let n = (state.times.len() - from).min(usize::try_from(cost).unwrap_or(usize::MAX));
+        state.times.drain(from..from + n);
+    }
+
+    /// Entries stamped at `now`, up to a log of `limit` live entries: the log never holds more
+    /// than the limit (bounded memory), so the debt is at most a full window's worth — the key
+    /// is denied until its entries leave the window, for at most one window.
+    fn overrun(&self, state: &mut SlidingLogState, now: Nanos, cost: u64) {
+        let first = self.first_live(state, now);
+        state.times.drain(..first);
+        let room = self.limit.saturating_sub(state.times.len() as u64);
+        let at = state.times.back().map_or(now, |&b| b.max(now));
+        state.times.extend(std::iter::repeat_n(at, cost.min(room) as usize));
+    }
 }

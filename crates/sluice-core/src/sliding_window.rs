@@ -174,4 +174,23 @@ impl Algorithm for SlidingWindow {
         let v = self.view(state, now);
         v.prev == 0 && v.curr == 0
     }
+
+    /// The count of the window the charge was made in goes back down: the current one, or the
+    /// previous one while it still weighs. A charge two windows old weighs nothing already.
+    fn refund(&self, state: &mut SlidingWindowState, charged_at: Nanos, cost: u64, _now: Nanos) {
+        let charged = (charged_at - charged_at % self.window) as u128;
+        let start = state.start as u128;
+        if start == charged {
+            state.curr = state.curr.saturating_sub(cost);
+        } else if start == charged + self.window as u128 {
+            state.prev = state.prev.saturating_sub(cost);
+        }
+    }
+
+    /// Counted in the window of `now`, past the limit if need be: the debt weighs on this
+    /// window and, fading, on the next.
+    fn overrun(&self, state: &mut SlidingWindowState, now: Nanos, cost: u64) {
+        let v = self.view(state, now);
+        *state = SlidingWindowState { start: sat(v.start), prev: sat(v.prev), curr: sat(v.curr).saturating_add(cost) };
+    }
 }
