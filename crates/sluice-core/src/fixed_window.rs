@@ -116,10 +116,11 @@ impl Algorithm for FixedWindow {
         }
     }
 
-    /// Counted in the window of `now`, past the limit if need be: the debt lasts until the
-    /// window ends.
+    /// Counted in the window of `now`, past the limit if need be, up to a debt of one limit
+    /// (twice the limit counted): the debt lasts until the window ends.
     fn overrun(&self, state: &mut FixedWindowState, now: Nanos, cost: u64) {
         let (start, count) = self.current(state, now);
-        *state = FixedWindowState { start, count: count.saturating_add(cost) };
+        let count = count.max(count.saturating_add(cost).min(self.limit.saturating_mul(2)));
+        *state = FixedWindowState { start, count };
     }
 }

@@ -146,11 +146,13 @@ macro_rules! gcra_algorithm {
             }
 
             /// The theoretical arrival time moves on by the cost, past `now + capacity ×
-            /// interval` if need be: a debt of any size (up to the end of u64 time), paid back at
-            /// the rate; until then every request is denied. Checks still admit at most
-            /// `capacity + L / interval` in any interval of length L.
+            /// interval` if need be, up to a debt of one capacity (`now + 2 × capacity ×
+            /// interval`): paid back at the rate, and until then every request is denied.
+            /// Checks still admit at most `capacity + L / interval` in any interval of length L.
             fn overrun(&self, state: &mut GcraState, now: Nanos, cost: u64) {
-                state.tat = state.tat.max(now).saturating_add(cost.saturating_mul(self.meter.interval));
+                let m = &self.meter;
+                let owed = state.tat.max(now).saturating_add(cost.saturating_mul(m.interval));
+                state.tat = state.tat.max(owed.min(now.saturating_add(m.tau.saturating_mul(2))));
             }
         }
     };

@@ -187,10 +187,13 @@ impl Algorithm for SlidingWindow {
         }
     }
 
-    /// Counted in the window of `now`, past the limit if need be: the debt weighs on this
-    /// window and, fading, on the next.
+    /// Counted in the window of `now`, past the limit if need be, up to a debt of one limit
+    /// (twice the limit in the window's count): the debt weighs on this window and, fading, on
+    /// the next.
     fn overrun(&self, state: &mut SlidingWindowState, now: Nanos, cost: u64) {
         let v = self.view(state, now);
-        *state = SlidingWindowState { start: sat(v.start), prev: sat(v.prev), curr: sat(v.curr).saturating_add(cost) };
+        let curr = sat(v.curr);
+        let curr = curr.max(curr.saturating_add(cost).min(self.limit.saturating_mul(2)));
+        *state = SlidingWindowState { start: sat(v.start), prev: sat(v.prev), curr };
     }
 }

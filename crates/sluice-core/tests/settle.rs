@@ -116,10 +116,31 @@ fn token_bucket_debt_is_paid_back_at_the_rate() {
     let tb = TokenBucket::new(10, 2.0).unwrap();
     let mut s = Default::default();
     tb.check(&mut s, 0, 10).unwrap();
-    tb.settle(&mut s, 0, 10, 30, 0); // 20 tokens of debt: 10 s at 2 per second
+    tb.settle(&mut s, 0, 10, 16, 0); // 6 tokens of debt: 3 s at 2 per second
     let d = tb.peek(&s, S, 1).unwrap();
-    assert_eq!(d.retry_after, 9 * S + S / 2);
-    assert!(tb.peek(&s, 10 * S + S / 2, 1).unwrap().allowed);
+    assert_eq!(d.retry_after, 2 * S + S / 2, "the debt, then one token");
+    assert!(tb.peek(&s, 3 * S + S / 2, 1).unwrap().allowed);
+}
+
+#[test]
+fn a_debt_is_at_most_one_limit() {
+    // 20 tokens over a bucket of 10: owed 10 (5 s at 2 per second), the rest forgiven.
+    let tb = TokenBucket::new(10, 2.0).unwrap();
+    let mut s = Default::default();
+    tb.check(&mut s, 0, 10).unwrap();
+    tb.settle(&mut s, 0, 10, 30, 0);
+    assert_eq!(tb.peek(&s, 0, 1).unwrap().retry_after, 5 * S + S / 2);
+    // The windows: twice the limit counted at most.
+    let fw = FixedWindow::new(5, 10 * S).unwrap();
+    let mut s = Default::default();
+    fw.settle(&mut s, 0, 0, 1_000, 0);
+    fw.refund(&mut s, 0, 5, 0);
+    assert_eq!(fw.peek(&s, 0, 1).unwrap().remaining, 0, "10 counted, 5 back: at the limit");
+    let sw = SlidingWindow::new(5, 10 * S).unwrap();
+    let mut s = Default::default();
+    sw.settle(&mut s, 0, 0, 1_000, 0);
+    sw.refund(&mut s, 0, 7, 0);
+    assert_eq!(sw.peek(&s, 0, 1).unwrap().remaining, 1, "10 counted, 7 back, 1 for this request");
 }
 
 #[test]

@@ -1,9 +1,7 @@
 -- sluice: decide every limit of one request, all or nothing, in one call.
 --
 -- KEYS[i]       the stored key of check i (prefix:policy:fingerprint:{hash})
--- ARGV[1]       now in microseconds since the Unix epoch, or "" for the server's TIME
--- ARGV[2]       milliseconds added to every expiry (0 on the server's clock; a grace period when
---               the caller passes its own time, whose pace Redis cannot know)
+-- ARGV[1], ARGV[2]  now and the expiry grace (common.lua)
 -- ARGV[3+5(i-1) .. 7+5(i-1)]  check i: algorithm, a, b, c, cost
 --     1 fixed window    a = limit, b = window (us)
 --     2 sliding log     a = limit, b = window (us)
@@ -14,112 +12,7 @@
 -- Returns {now, then per check: allowed (1/0), remaining, reset_after (us), retry_after (us),
 -- retry_after's extra nanoseconds (0..999, sliding window only), delay (us)}.
 --
--- Every rule mirrors sluice-core exactly, in microseconds. Lua numbers are doubles: integers are
--- exact below 2^53, and the caller bounds every parameter so that no intermediate value here
--- reaches that (products that could are computed by muldivmod). Numbers are written to Redis
--- through fmt, never through Lua's default conversion, which keeps only 14 digits.
-
-if redis.replicate_commands then
-  pcall(redis.replicate_commands) -- Redis < 5 needs it before TIME; later versions ignore it
-end
-
-local floor = math.floor
-local EXACT = 9007199254740992 -- 2^53
-
-local function fmt(x)
-  return string.format('%.0f', x)
-end
-
--- q, r with a = q * b + r, 0 <= r < b, for 0 <= a < 2^53 and 0 < b.
-local function divmod(a, b)
-  local q = floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q, r = q - 1, r + b
-  elseif r >= b then
-    q, r = q + 1, r - b
-  end
-  return q, r
-end
-
--- q, r with a * b = q * c + r, exact even when a * b exceeds 2^53 (c < 2^52, q < 2^52).
-local function muldivmod(a, b, c)
-  local p = a * b
-  if p < EXACT then
-    return divmod(p, c)
-  end
-  local bq, br = divmod(b, c)
-  local bits, x = {}, a
-  while x > 0 do
-    local bit = x % 2
-    bits[#bits + 1] = bit
-    x = (x - bit) / 2
-  end
-  local q, r = 0, 0
-  for i = #bits, 1, -1 do
-    q, r = q * 2, r * 2
-    if r >= c then
-      q, r = q + 1, r - c
-    end
-    if bits[i] == 1 then
-      q, r = q + bq, r + br
-      if r >= c then
-        q, r = q + 1, r - c
-      end
-    end
-  end
-  return q, r
-end
-
-local function ttl_ms(us)
-  local q = divmod(us + 999, 1000)
-  if q < 1 then
-    q = 1
-  end
-  return q
-end
-
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-local grace = tonumber(ARGV[2])
-
--- Tentative states by key, so that a key named twice in one request sees its own charge.
-local states = {}
-local kinds = {}
-
-local function split(v, n)
-  local out, i = {}, 0
-  for part in string.gmatch(v, '[^:]+') do
-    i = i + 1
-    out[i] = tonumber(part)
-  end
-  if i ~= n then
-    return nil
-  end
-  return out
-end
-
-local function load(key, n)
-  local st = states[key]
-  if st then
-    return st
-  end
-  local v = redis.call('GET', key)
-  local parsed = v and split(v, n)
-  if parsed then
-    return parsed
-  end
-  local fresh = {}
-  for i = 1, n do
-    fresh[i] = 0
-  end
-  return fresh
-end
+-- Every rule mirrors sluice-core exactly, in microseconds. Runs after common.lua.
 
 -- Fixed window: state {start, count}.
 local function fixed_window(key, limit, w, cost)
@@ -148,7 +41,11 @@ local function fixed_window(key, limit, w, cost)
   if allowed then
     states[key], kinds[key] = { start, after }, 1
   end
-  return allowed, limit - after, reset, retry, 0, 0
+  local remaining = limit - after
+  if remaining < 0 then
+    remaining = 0 -- a debt (settle.lua) counts beyond the limit
+  end
+  return allowed, remaining, reset, retry, 0, 0
 end
 
 -- Sliding window counter: state {start, prev, curr}.
@@ -289,8 +186,7 @@ local function gcra(key, capacity, t, free, cost)
   return allowed, remaining, held, retry, 0, delay
 end
 
--- Sliding log: a sorted set of admitted timestamps (one member per unit of cost), plus the
--- entries this request would add, all at one time `at`.
+-- Sliding log (common.lua), plus the entries this request would add, all at one time `at`.
 local pending = {}
 
 local function newest(key)
@@ -298,11 +194,7 @@ local function newest(key)
   if p then
     return p.at
   end
-  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if top[2] then
-    return tonumber(top[2])
-  end
-  return nil
+  return log_newest(key)
 end
 
 local function sliding_log(key, limit, w, cost)
@@ -361,23 +253,7 @@ end
 
 local function commit_log(key)
   local p = pending[key]
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p.w))
-  local score = fmt(p.at)
-  local first = redis.call('ZCOUNT', key, score, score)
-  local args, n = {}, 0
-  for i = 0, p.n - 1 do
-    args[n + 1] = score
-    args[n + 2] = score .. ':' .. fmt(first + i)
-    n = n + 2
-    if n >= 1000 then
-      redis.call('ZADD', key, unpack(args, 1, n))
-      n = 0
-    end
-  end
-  if n > 0 then
-    redis.call('ZADD', key, unpack(args, 1, n))
-  end
-  redis.call('PEXPIRE', key, ttl_ms(p.at + p.w - now) + grace)
+  log_add(key, p.at, p.n, p.w)
 end
 
 local out = { now }
@@ -420,30 +296,7 @@ if all then
     if kind == 2 then
       commit_log(key)
     else
-      local st = states[key]
-      local fresh_in -- us until the state is fresh again
-      if kind == 1 then
-        fresh_in = st[1] + windows[key] - now
-      elseif kind == 3 then
-        if st[3] > 0 then
-          fresh_in = st[1] + 2 * windows[key] - now
-        elseif st[2] > 0 then
-          fresh_in = st[1] + windows[key] - now
-        else
-          fresh_in = 0
-        end
-      else
-        fresh_in = st[1] - now
-      end
-      if fresh_in > 0 and not (kind == 1 and st[2] == 0) then
-        local parts = {}
-        for j = 1, #st do
-          parts[j] = fmt(st[j])
-        end
-        redis.call('SET', key, table.concat(parts, ':'), 'PX', ttl_ms(fresh_in) + grace)
-      else
-        redis.call('DEL', key)
-      end
+      save(key, kind, states[key], windows[key])
     end
   end
 end

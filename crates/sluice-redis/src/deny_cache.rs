@@ -32,7 +32,10 @@ struct Entry {
 /// Denials by (policy, key), bounded. It only ever denies, and only until the time Redis gave:
 /// a request of at least the denied cost cannot be admitted before then (waiting is the only
 /// thing that frees room, and other requests only take more), so the cache never admits what
-/// Redis would deny and never denies what Redis would admit at that cost.
+/// Redis would deny and never denies what Redis would admit at that cost. A settlement that
+/// gives units back also frees room: this process forgets the key's entry when it settles
+/// ([`DenyCache::forget`]); another instance's settlement does not reach it, so its denial may
+/// outlast Redis's, until the time Redis gave at most (the strict direction).
 ///
 /// A policy is named by an id the cache gives its stored state ([`DenyCache::id_of`] its key
 /// head), not by its position in one configuration: stores rebuilt on reload share the cache,
@@ -123,6 +126,11 @@ impl DenyCache {
             }
         }
         shard.insert((policy, *key), entry);
+    }
+
+    /// Drops the denial of `key` under `policy`, if any: units were given back to it.
+    pub fn forget(&self, policy: usize, key: &KeyHash) {
+        self.shard(key).remove(&(policy, *key));
     }
 
     /// Entries held (live or not yet dropped).

@@ -11,6 +11,13 @@
 //!   charged even if another denied, so a Cluster can over-count a denied request, never admit
 //!   beyond a limit (errors go the strict way). `NOSCRIPT` (a restart, `SCRIPT FLUSH`) is answered
 //!   by sending the script again.
+//! - **Settlements in one more round trip.** [`RedisStore::settle_charges`] (the store's
+//!   [`sluice_store::Store::settle`]) gives a request's charges back, in part or whole, or
+//!   charges what it used beyond its reservation, with one call of a second script
+//!   (`scripts/settle.lua`; both scripts begin with `scripts/common.lua`) per slot group,
+//!   by the core's `refund` and `overrun` rules in microseconds. A verdict names the time Redis
+//!   decided at (on a Cluster, each slot's node's own time, kept per check), which is what a
+//!   settlement names.
 //! - **Exactly the core's decisions.** The script implements the five algorithms of sluice-core
 //!   rule for rule, in microseconds (Lua numbers are doubles: nanoseconds since the epoch do not
 //!   fit in 2^53, microseconds do for 285 years). Time comes from the Redis server (`TIME`), so
@@ -87,6 +94,7 @@ mod options;
 mod plan;
 mod resp;
 mod script;
+mod settle;
 mod slot;
 mod stats;
 mod store;
@@ -96,7 +104,7 @@ pub use error::RedisStoreError;
 pub use memory_policy::{eviction_warning, policy_may_evict_limits};
 pub use options::{BreakerOptions, OnError, RedisOptions};
 pub use plan::{MAX_LIMIT, MAX_SPAN_MICROS};
-pub use script::{SCRIPT_SOURCE, script_sha};
+pub use script::{SCRIPT_SOURCE, SETTLE_SOURCE, script_sha, settle_sha};
 pub use slot::key_slot;
 pub use stats::RedisStats;
 pub use store::{RedisStore, Source, SourcedVerdict};

@@ -1,4 +1,4 @@
-//! The decision script: its source, its SHA-1, one call per slot group, and the reply.
+//! The scripts' sources and SHA-1s; the decision script's call (one per slot group) and reply.
 
 use std::sync::OnceLock;
 
@@ -12,24 +12,53 @@ use crate::plan::ScriptPolicy;
 use crate::resp;
 use crate::stats::{Counters, bump};
 
-/// The Lua source of the decision script (`scripts/decide.lua`).
-pub const SCRIPT_SOURCE: &str = include_str!("../scripts/decide.lua");
+/// The Lua source of the decision script (`scripts/common.lua` then `scripts/decide.lua`).
+pub const SCRIPT_SOURCE: &str = concat!(include_str!("../scripts/common.lua"), include_str!("../scripts/decide.lua"));
+
+/// The Lua source of the settlement script (`scripts/common.lua` then `scripts/settle.lua`).
+pub const SETTLE_SOURCE: &str = concat!(include_str!("../scripts/common.lua"), include_str!("../scripts/settle.lua"));
 
 /// Values the script returns per check.
 const PER_CHECK: usize = 6;
 
-/// The script's SHA-1, as `EVALSHA` wants it.
+/// The decision script's SHA-1, as `EVALSHA` wants it.
 pub fn script_sha() -> &'static str {
     static SHA: OnceLock<String> = OnceLock::new();
     SHA.get_or_init(|| redis::Script::new(SCRIPT_SOURCE).get_hash().to_string())
 }
 
-/// One script call: some of a request's checks (those of one slot), and the time argument.
+/// The settlement script's SHA-1.
+pub fn settle_sha() -> &'static str {
+    static SHA: OnceLock<String> = OnceLock::new();
+    SHA.get_or_init(|| redis::Script::new(SETTLE_SOURCE).get_hash().to_string())
+}
+
+/// Runs `script` by SHA-1 through `command(name, script)`, sending its source again if Redis has
+/// lost it (a restart, `SCRIPT FLUSH`): `EVAL` both runs it and puts it back in the script cache.
+pub(crate) async fn eval(
+    conn: &mut Conn,
+    counters: &Counters,
+    (sha, source): (&str, &str),
+    command: impl Fn(&str, &str) -> Cmd,
+) -> RedisResult<Value> {
+    bump(&counters.redis_calls);
+    match conn.query(&command("EVALSHA", sha)).await {
+        Err(e) if e.kind() == ErrorKind::NoScriptError => {
+            bump(&counters.script_reloads);
+            bump(&counters.redis_calls);
+            conn.query(&command("EVAL", source)).await
+        }
+        other => other,
+    }
+}
+
+/// One script call: some of a request's items (those of one slot: its checks to decide, or its
+/// settlements), and the time argument.
 #[derive(Debug)]
-pub(crate) struct Call<'a> {
+pub(crate) struct ScriptCall<'a, T> {
     pub plans: &'a [ScriptPolicy],
-    pub checks: &'a [Check],
-    /// Which of `checks` this call decides.
+    pub items: &'a [T],
+    /// Which of `items` this call carries.
     pub indices: Vec<usize>,
     /// Microseconds since the epoch, or `None` for the server's clock.
     pub now: Option<u64>,
@@ -37,12 +66,13 @@ pub(crate) struct Call<'a> {
     pub grace_ms: u64,
 }
 
-impl Call<'_> {
-    fn command(&self, name: &str, script: &str) -> Cmd {
+impl<T> ScriptCall<'_, T> {
+    /// `name script numkeys` and the stored key of each item, then the time arguments.
+    pub(crate) fn head(&self, name: &str, script: &str, check: impl Fn(&T) -> &Check) -> Cmd {
         let mut cmd = redis::cmd(name);
         cmd.arg(script).arg(self.indices.len());
         for &i in &self.indices {
-            let c = &self.checks[i];
+            let c = check(&self.items[i]);
             cmd.arg(self.plans[c.policy].key(&c.key));
         }
         match self.now {
@@ -50,8 +80,18 @@ impl Call<'_> {
             None => cmd.arg(""),
         };
         cmd.arg(self.grace_ms);
+        cmd
+    }
+}
+
+/// The decision script's call.
+pub(crate) type Call<'a> = ScriptCall<'a, Check>;
+
+impl Call<'_> {
+    fn command(&self, name: &str, script: &str) -> Cmd {
+        let mut cmd = self.head(name, script, |c| c);
         for &i in &self.indices {
-            let c = &self.checks[i];
+            let c = &self.items[i];
             cmd.arg(&self.plans[c.policy].args[..]).arg(c.cost);
         }
         cmd
@@ -65,7 +105,7 @@ impl Call<'_> {
         resp::bulk(out, script.as_bytes());
         resp::bulk_u64(out, n as u64);
         for &i in &self.indices {
-            let c = &self.checks[i];
+            let c = &self.items[i];
             let plan = &self.plans[c.policy];
             resp::bulk_header(out, plan.key_len());
             plan.push_key(out, &c.key);
@@ -77,27 +117,19 @@ impl Call<'_> {
         }
         resp::bulk_u64(out, self.grace_ms);
         for &i in &self.indices {
-            let c = &self.checks[i];
+            let c = &self.items[i];
             out.extend_from_slice(&self.plans[c.policy].resp_args);
             resp::bulk_u64(out, c.cost);
         }
     }
 
-    /// Runs the script by SHA-1, sending its source again if Redis has lost it (a restart,
-    /// `SCRIPT FLUSH`): `EVAL` both runs it and puts it back in the script cache.
-    pub async fn run(&self, conn: &mut Conn, counters: &Counters) -> RedisResult<Vec<Decision>> {
+    /// Runs the script ([`eval`]): the time Redis decided at (microseconds), and the decisions.
+    pub async fn run(&self, conn: &mut Conn, counters: &Counters) -> RedisResult<(u64, Vec<Decision>)> {
         if let Conn::Lean(lean) = conn {
             return self.run_lean(lean, counters).await;
         }
-        bump(&counters.redis_calls);
-        let reply = match conn.query(&self.command("EVALSHA", script_sha())).await {
-            Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                bump(&counters.script_reloads);
-                bump(&counters.redis_calls);
-                conn.query(&self.command("EVAL", SCRIPT_SOURCE)).await?
-            }
-            other => other?,
-        };
+        let reply =
+            eval(conn, counters, (script_sha(), SCRIPT_SOURCE), |name, script| self.command(name, script)).await?;
         let Value::Array(items) = reply else {
             return Err(bad("not an array"));
         };
@@ -112,7 +144,7 @@ impl Call<'_> {
 
     /// [`Call::run`] on a lean connection: the command written and its reply read without
     /// redis-rs (an error reply, rare, is still read by redis-rs, for the same errors).
-    async fn run_lean(&self, lean: &LeanConn, counters: &Counters) -> RedisResult<Vec<Decision>> {
+    async fn run_lean(&self, lean: &LeanConn, counters: &Counters) -> RedisResult<(u64, Vec<Decision>)> {
         bump(&counters.redis_calls);
         let once = |name: &'static [u8], script: &'static str| {
             lean.request(move |out| self.write(out, name, script), |frame| self.decode(frame))
@@ -128,7 +160,7 @@ impl Call<'_> {
     }
 
     /// The decisions in one whole reply.
-    fn decode(&self, frame: &[u8]) -> RedisResult<Vec<Decision>> {
+    fn decode(&self, frame: &[u8]) -> RedisResult<(u64, Vec<Decision>)> {
         if frame.first() == Some(&b'-') {
             let error = redis::parse_redis_value(frame).and_then(Value::extract_error);
             return Err(error.err().unwrap_or_else(|| bad("an error reply that is not an error")));
@@ -138,8 +170,12 @@ impl Call<'_> {
         self.decisions(len, ints.map(|n| n.map_err(|e| bad(e.0))))
     }
 
-    /// The decisions of a reply of `len` values: the verdict, then six per check.
-    fn decisions(&self, len: usize, mut values: impl Iterator<Item = RedisResult<i64>>) -> RedisResult<Vec<Decision>> {
+    /// The time and decisions of a reply of `len` values: the time, then six per check.
+    fn decisions(
+        &self,
+        len: usize,
+        mut values: impl Iterator<Item = RedisResult<i64>>,
+    ) -> RedisResult<(u64, Vec<Decision>)> {
         if len != 1 + PER_CHECK * self.indices.len() {
             return Err(bad(&format!("{len} values for {} checks", self.indices.len())));
         }
@@ -148,10 +184,10 @@ impl Call<'_> {
             Some(Err(e)) => Err(e),
             _ => Err(bad("a value is not a non-negative integer")),
         };
-        num()?;
+        let now = num()?;
         let mut out = Vec::with_capacity(self.indices.len());
         for &i in &self.indices {
-            let limit = self.plans[self.checks[i].policy].limit;
+            let limit = self.plans[self.items[i].policy].limit;
             let [allowed, remaining, reset_after, retry_after, retry_extra, delay] =
                 [num()?, num()?, num()?, num()?, num()?, num()?];
             out.push(Decision {
@@ -163,10 +199,10 @@ impl Call<'_> {
                 delay: delay.saturating_mul(1000),
             });
         }
-        Ok(out)
+        Ok((now, out))
     }
 }
 
-fn bad(what: &str) -> RedisError {
+pub(crate) fn bad(what: &str) -> RedisError {
     RedisError::from((ErrorKind::ParseError, "unexpected script reply", what.to_string()))
 }

@@ -2,23 +2,24 @@
 //! timeout and a breaker, with the operator's failure mode and a local deny cache.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{Decision, Nanos, SystemClock};
 use sluice_store::{
-    Check, Degraded, KeyStats, MemoryStore, NamedPolicy, Reported, ReportedFuture, Store, StoreError, StoreFuture,
-    Verdict, validate_checks,
+    Check, Degraded, KeyStats, MemoryStore, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store,
+    StoreError, StoreFuture, Verdict, validate_checks, validate_settles,
 };
 
 use crate::breaker::{Admission, Breaker, BreakerState};
-use crate::connection::{Connector, breaks_connection};
+use crate::connection::{Conn, Connector, breaks_connection};
 use crate::deny_cache::{CacheClock, DenyCache};
 use crate::error::RedisStoreError;
 use crate::join::join_all;
 use crate::options::{OnError, RedisOptions};
 use crate::plan::{ScriptPolicy, plan};
-use crate::script::Call;
+use crate::script::ScriptCall;
 use crate::slot::key_slot;
 use crate::stats::{Counters, RedisStats, bump};
 
@@ -249,7 +250,7 @@ impl RedisStore {
     ) -> Result<(SourcedVerdict, Option<StoreError>), StoreError> {
         self.validate(checks, at)?;
         if checks.is_empty() {
-            let verdict = Verdict { allowed: true, decisions: Vec::new() };
+            let verdict = Verdict::at(true, Vec::new(), 0);
             return Ok((SourcedVerdict { verdict, source: Source::Redis }, None));
         }
         let (clock, start) = match at {
@@ -337,7 +338,7 @@ impl RedisStore {
                 })
             })
             .collect();
-        Some(Verdict { allowed: false, decisions })
+        Some(Verdict::at(false, decisions, 0))
     }
 
     /// The failure path: the operator's choice. A verdict it gives comes with the error it
@@ -372,45 +373,124 @@ impl RedisStore {
 
     /// One script call per slot group (one in all on a single node), concurrently.
     async fn call(&self, checks: &[Check], at: Option<Nanos>) -> Result<Verdict, Failure> {
-        let mut conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
-        let (now, grace_ms) = match at {
-            Some(t) => (Some(t / 1000), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0)),
-            None => (None, 0),
-        };
-        let call = |indices: Vec<usize>| Call { plans: &self.plans, checks, indices, now, grace_ms };
-        if !self.options.cluster {
-            let decisions =
-                call((0..checks.len()).collect()).run(&mut conn, &self.counters).await.map_err(|e| self.failure(e))?;
-            return Ok(Verdict { allowed: decisions.iter().all(|d| d.allowed), decisions });
-        }
-        let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (i, c) in checks.iter().enumerate() {
-            by_slot.entry(key_slot(self.plans[c.policy].key(&c.key).as_bytes())).or_default().push(i);
-        }
-        let calls: Vec<Call<'_>> = by_slot.into_values().map(call).collect();
-        let results = join_all(
-            calls
-                .iter()
-                .map(|call| {
-                    let mut conn = conn.clone();
-                    let counters = &self.counters;
-                    async move { call.run(&mut conn, counters).await }
-                })
-                .collect(),
-        )
-        .await;
+        let conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
+        let calls = self.script_calls(checks, |c| c, at);
+        let results = self
+            .run_each(&conn, &calls, |call, mut conn| async move { call.run(&mut conn, &self.counters).await })
+            .await;
         let mut decisions = vec![None; checks.len()];
+        // Each slot's node reads its own clock: every check keeps the time it was decided at.
+        let mut times = vec![0; checks.len()];
         for (call, result) in calls.iter().zip(results) {
-            let group = result.map_err(|e| self.failure(e))?;
+            let (at, group) = result.map_err(|e| self.failure(e))?;
             for (&i, d) in call.indices.iter().zip(group) {
                 decisions[i] = Some(d);
+                times[i] = at * 1000;
             }
         }
         let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
         if decisions.len() != checks.len() {
             return Err(Failure::Error("redis: a script reply is missing decisions".into()));
         }
-        Ok(Verdict { allowed: decisions.iter().all(|d| d.allowed), decisions })
+        let at = times.first().copied().unwrap_or(0);
+        let at_each = if times.iter().all(|&t| t == at) { Vec::new() } else { times };
+        Ok(Verdict { allowed: decisions.iter().all(|d| d.allowed), decisions, at, at_each })
+    }
+
+    /// The script calls of `items`, whose checks `check` gives: one per slot group on a
+    /// Cluster, one in all on a single node.
+    fn script_calls<'a, T>(
+        &'a self,
+        items: &'a [T],
+        check: impl Fn(&T) -> &Check,
+        at: Option<Nanos>,
+    ) -> Vec<ScriptCall<'a, T>> {
+        let (now, grace_ms) = match at {
+            Some(t) => (Some(t / 1000), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0)),
+            None => (None, 0),
+        };
+        let call = |indices: Vec<usize>| ScriptCall { plans: &self.plans, items, indices, now, grace_ms };
+        if !self.options.cluster {
+            return vec![call((0..items.len()).collect())];
+        }
+        let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let c = check(item);
+            by_slot.entry(key_slot(self.plans[c.policy].key(&c.key).as_bytes())).or_default().push(i);
+        }
+        by_slot.into_values().map(call).collect()
+    }
+
+    /// `run` on every call, concurrently, each with its own handle on `conn`: the results in the
+    /// calls' order.
+    async fn run_each<'c, T, R, F>(
+        &self,
+        conn: &Conn,
+        calls: &'c [ScriptCall<'c, T>],
+        run: impl Fn(&'c ScriptCall<'c, T>, Conn) -> F,
+    ) -> Vec<redis::RedisResult<R>>
+    where
+        F: Future<Output = redis::RedisResult<R>>,
+    {
+        if let [one] = calls {
+            return vec![run(one, conn.clone()).await];
+        }
+        join_all(calls.iter().map(|call| run(call, conn.clone())).collect()).await
+    }
+
+    /// Settles charges this store's script made: one call of the settlement script per slot
+    /// group (one in all on a single node), within the timeout and through the breaker. Only
+    /// Redis's own charges: a verdict a failure mode gave is never settled (see
+    /// [`Store::settle`]). A key given units back is forgotten by the deny cache.
+    pub async fn settle_charges(&self, settles: &[Settle], at: Option<Nanos>) -> Result<(), StoreError> {
+        validate_settles(&self.policies, settles)?;
+        self.validate(&[], at)?;
+        if settles.is_empty() {
+            return Ok(());
+        }
+        let permit = match self.breaker.admit() {
+            Admission::Call(p) => p,
+            Admission::Reject(wait) => {
+                bump(&self.counters.breaker_rejections);
+                let why = format!("redis circuit breaker open (next probe in {} ms)", wait.as_millis());
+                return Err(StoreError::Unavailable(why));
+            }
+        };
+        match tokio::time::timeout(self.options.timeout, self.settle_call(settles, at)).await {
+            Ok(Ok(())) => {
+                permit.success();
+                if let Some(cache) = &self.deny {
+                    for s in settles.iter().filter(|s| s.actual < s.check.cost) {
+                        cache.forget(self.cached_as[s.check.policy], &s.check.key);
+                    }
+                }
+                Ok(())
+            }
+            Ok(Err(Failure::Error(e))) => {
+                permit.failure();
+                bump(&self.counters.redis_errors);
+                Err(StoreError::Unavailable(e))
+            }
+            Ok(Err(Failure::Timeout)) | Err(_) => {
+                permit.failure();
+                bump(&self.counters.timeouts);
+                self.connector.discard();
+                Err(self.timeout_error())
+            }
+        }
+    }
+
+    /// One settlement script call per slot group, concurrently.
+    async fn settle_call(&self, settles: &[Settle], at: Option<Nanos>) -> Result<(), Failure> {
+        let conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
+        let calls = self.script_calls(settles, |s| &s.check, at);
+        let results = self
+            .run_each(&conn, &calls, |call, mut conn| async move { call.run(&mut conn, &self.counters).await })
+            .await;
+        for result in results {
+            result.map_err(|e| self.failure(e))?;
+        }
+        Ok(())
     }
 
     fn failure(&self, e: redis::RedisError) -> Failure {
@@ -455,6 +535,10 @@ impl Store for RedisStore {
 
     fn deny_cache_hits(&self) -> Option<u64> {
         Some(self.stats().deny_cache_hits)
+    }
+
+    fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {
+        Box::pin(self.settle_charges(settles, at))
     }
 
     /// The keys of the `local` fallback (none while Redis decides): what an outage costs in

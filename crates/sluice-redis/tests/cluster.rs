@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice_core::{FixedWindow, NANOS_PER_SEC, Policy, TokenBucket};
 use sluice_redis::{OnError, RedisOptions, RedisStore, Source, key_slot};
-use sluice_store::{Check, KeyHash, KeyHasher, NamedPolicy};
+use sluice_store::{Check, KeyHash, KeyHasher, NamedPolicy, Settle};
 use support::RedisCluster;
 
 const T: u64 = 1_700_000_000 * NANOS_PER_SEC;
@@ -79,5 +79,30 @@ async fn a_multi_limit_request_across_slots_is_decided_per_slot_group() {
     let a_now = s.decide_detailed(&ip_only(a), Some(T)).await.unwrap().verdict.decisions[0].remaining;
     let c_now = s.decide_detailed(&ip_only(c), Some(T)).await.unwrap().verdict.decisions[0].remaining;
     assert_eq!((a_now, c_now), (8, 7));
+
+    // The first request's charges settled across its three slot groups, one call per group:
+    // a's and c's per-ip units given back, b's account charged two more than it reserved.
+    assert_eq!(first.verdict.charged_at(3), T, "every group decided at the time it was given");
+    let settle = |i: usize, actual| Settle { check: request[i], charged_at: first.verdict.charged_at(i), actual };
+    let before = s.stats();
+    s.settle_charges(&[settle(0, 0), settle(2, 3), settle(3, 0)], Some(T)).await.unwrap();
+    let after = s.stats();
+    // Each node is sent the settlement script's source once (NOSCRIPT, then EVAL).
+    assert_eq!(after.script_reloads - before.script_reloads, 3);
+    assert_eq!(after.redis_calls - before.redis_calls - 3, 3, "one settlement call per slot group");
+    let left = |k, policy| {
+        let s = &s;
+        async move {
+            let v = s.decide_detailed(&[Check { policy, key: k, cost: 0 }], Some(T)).await.unwrap().verdict;
+            (v.decisions[0].remaining, v.decisions[0].retry_after)
+        }
+    };
+    assert_eq!(left(a, 0).await.0, 9);
+    assert_eq!(left(c, 0).await.0, 8);
+    // b's bucket of one: empty, and one more owed (a debt is at most one capacity): a question
+    // that costs nothing waits out the debt (1 s), a request of one 2 s.
+    assert_eq!(left(b, 1).await, (0, NANOS_PER_SEC));
+    let denied = s.decide_detailed(&[Check { policy: 1, key: b, cost: 1 }], Some(T)).await.unwrap().verdict;
+    assert_eq!(denied.decisions[0].retry_after, 2 * NANOS_PER_SEC);
     assert_eq!(s.stats().redis_errors, 0);
 }

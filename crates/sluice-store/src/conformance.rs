@@ -59,7 +59,7 @@ use sluice_core::{
 };
 
 use crate::key::{KeyHash, KeyHasher};
-use crate::store::{Check, NamedPolicy, Store, StoreError, Verdict};
+use crate::store::{Check, NamedPolicy, Settle, Store, StoreError, Verdict};
 
 /// A nanosecond count of one microsecond.
 pub const NANOS_PER_MICRO: Nanos = 1_000;
@@ -167,7 +167,17 @@ impl Reference {
         if allowed {
             self.states.extend(work);
         }
-        Ok(Verdict { allowed, decisions })
+        Ok(Verdict::at(allowed, decisions, now))
+    }
+
+    /// Settles charges at `now` as a conforming store must: each with the core's
+    /// [`Policy::settle`] on its key's state (a key never seen is fresh).
+    pub fn settle(&mut self, settles: &[Settle], now: Nanos) {
+        for s in settles {
+            let policy = self.policies[s.check.policy];
+            let state = self.states.entry((s.check.policy, s.check.key)).or_insert_with(|| policy.fresh_state());
+            policy.settle(state, s.charged_at, s.check.cost, s.actual, now);
+        }
     }
 }
 
@@ -205,6 +215,7 @@ pub async fn run_all(mut make: impl StoreFactory) {
     mixed_requests(&mut make).await;
     errors_charge_nothing(&mut make).await;
     empty_request(&mut make).await;
+    settlements(&mut make).await;
 }
 
 /// Fixed window: a boundary burst, then generated single-check traffic, as the core decides.
@@ -364,7 +375,50 @@ pub async fn errors_charge_nothing(make: &mut impl StoreFactory) {
 pub async fn empty_request(make: &mut impl StoreFactory) {
     let store = make.make(policies()).await;
     let v = verdict(&store, &[], T0, "empty request").await;
-    assert_eq!(v, Verdict { allowed: true, decisions: Vec::new() }, "empty request");
+    assert!(v.allowed && v.decisions.is_empty(), "empty request: {v:?}");
+}
+
+/// Settlements, for every policy: generated single-check requests over two keys, each admitted
+/// one settled later — given back in part or whole, or charged beyond what it reserved — in the
+/// same window, the next, or later; every decision after it as the core decides. The verdict
+/// names the time it was decided at, which is what a settlement names.
+pub async fn settlements(make: &mut impl StoreFactory) {
+    for (n, p) in policies().into_iter().enumerate() {
+        let scenario = format!("settlements ({})", p.name);
+        let store = make.make(vec![p.clone()]).await;
+        let mut reference = Reference::new(std::slice::from_ref(&p));
+        let mut rng = SplitMix(0x5e771e ^ n as u64);
+        let (limit, window) = (p.policy.limit(), p.policy.window());
+        let mut open: Vec<Settle> = Vec::new();
+        let mut now = T0;
+        for _ in 0..250 {
+            now += step(&mut rng, window);
+            if !open.is_empty() && rng.below(3) == 0 {
+                let s = open.swap_remove(rng.below(open.len() as u64) as usize);
+                let actual = match rng.below(4) {
+                    0 => 0,
+                    1 => rng.below(s.check.cost + 1),
+                    2 => s.check.cost + 1 + rng.below(2 * limit),
+                    _ => s.check.cost,
+                };
+                let settle = [Settle { actual, ..s }];
+                reference.settle(&settle, now);
+                if let Err(e) = store.settle(&settle, Some(now)).await {
+                    panic!("{scenario}: the store could not settle {settle:?}: {e}");
+                }
+                continue;
+            }
+            let key_a = key(rng.below(2) as u8 + 1);
+            let checks = [Check { policy: 0, key: key_a, cost: cost(&mut rng, limit) }];
+            let Some(v) = expect_same(&store, &mut reference, &checks, now, &scenario).await else {
+                panic!("{scenario}: the store failed where the core decides");
+            };
+            assert_eq!(v.charged_at(0), now, "{scenario}: the verdict names the time it was decided at");
+            if v.allowed {
+                open.push(Settle { check: checks[0], charged_at: v.charged_at(0), actual: 0 });
+            }
+        }
+    }
 }
 
 /// The key for index `i`: fixed across runs.
@@ -382,8 +436,15 @@ async fn verdict<S: Store>(store: &S, checks: &[Check], at: Nanos, what: &str) -
     }
 }
 
-/// Decides `checks` on the store and the reference and asserts they agree.
-async fn expect_same<S: Store>(store: &S, reference: &mut Reference, checks: &[Check], at: Nanos, what: &str) {
+/// Decides `checks` on the store and the reference and asserts they agree; the store's verdict
+/// when it decided.
+async fn expect_same<S: Store>(
+    store: &S,
+    reference: &mut Reference,
+    checks: &[Check],
+    at: Nanos,
+    what: &str,
+) -> Option<Verdict> {
     let want = reference.decide(checks, at);
     let got = store.decide(checks, Some(at)).await;
     let agree = match (&got, &want) {
@@ -403,6 +464,7 @@ async fn expect_same<S: Store>(store: &S, reference: &mut Reference, checks: &[C
         "{what}: at t0 + {} us, checks {checks:?}:\n  store:     {got:?}\n  reference: {want:?}",
         (at - T0) / NANOS_PER_MICRO
     );
+    got.ok()
 }
 
 /// Equal, except that a sliding window's denial may round `retry_after` up to whole microseconds.

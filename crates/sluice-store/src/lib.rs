@@ -39,6 +39,6 @@ pub use memory::{
     Written,
 };
 pub use store::{
-    Check, Degraded, KeyStats, NamedPolicy, Reported, ReportedFuture, Store, StoreError, StoreFuture, Verdict,
-    validate_checks,
+    Check, Degraded, KeyStats, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store, StoreError,
+    StoreFuture, Verdict, validate_checks, validate_settles,
 };

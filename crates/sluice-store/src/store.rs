@@ -38,6 +38,12 @@ pub struct Verdict {
     pub allowed: bool,
     /// One decision per check, in the order of the checks.
     pub decisions: Vec<Decision>,
+    /// When the store decided, on its clock (or the explicit time it was given): the time a
+    /// settlement of these charges names ([`Settle::charged_at`]). 0 when nothing was decided.
+    pub at: Nanos,
+    /// Per check, when the store decided its checks at different times (a Redis Cluster: each
+    /// slot's node reads its own clock); empty when every check was decided at `at`.
+    pub at_each: Vec<Nanos>,
 }
 
 impl Verdict {
@@ -65,7 +71,17 @@ impl Verdict {
                 }
             })
             .collect();
-        Verdict { allowed: true, decisions }
+        Verdict { allowed: true, decisions, at: 0, at_each: Vec::new() }
+    }
+
+    /// A verdict whose every check was decided at `at`.
+    pub fn at(allowed: bool, decisions: Vec<Decision>, at: Nanos) -> Verdict {
+        Verdict { allowed, decisions, at, at_each: Vec::new() }
+    }
+
+    /// When check `index` was decided: what a settlement of its charge names.
+    pub fn charged_at(&self, index: usize) -> Nanos {
+        self.at_each.get(index).copied().unwrap_or(self.at)
     }
 
     /// Index of the decision closest to denying (see [`Decision::tighter`]): the limit that
@@ -74,6 +90,20 @@ impl Verdict {
         (0..self.decisions.len())
             .reduce(|a, b| if self.decisions[a].tighter(self.decisions[b]) == self.decisions[a] { a } else { b })
     }
+}
+
+/// What became of one charge a store admitted: the check as it was charged (its `cost` is what
+/// was reserved), when, and what the request really used. `actual` below the cost gives the
+/// difference back ([`sluice_core::Algorithm::refund`]); above it, charges the rest
+/// ([`sluice_core::Algorithm::overrun`]); 0 is a refund of the whole charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settle {
+    /// The check as decided: policy, key, and the cost it was charged.
+    pub check: Check,
+    /// When it was charged ([`Verdict::charged_at`]).
+    pub charged_at: Nanos,
+    /// What the request really used.
+    pub actual: u64,
 }
 
 /// Why a store could not decide.
@@ -107,6 +137,14 @@ pub enum StoreError {
     /// The store could not be reached or answered with an error.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store does not do what it was asked (a store that cannot settle charges).
+    #[error("the {store} store cannot {what}")]
+    Unsupported {
+        /// The store's kind.
+        store: &'static str,
+        /// What it was asked.
+        what: &'static str,
+    },
 }
 
 impl StoreError {
@@ -118,6 +156,7 @@ impl StoreError {
             StoreError::Full { .. } => "full",
             StoreError::Timeout(_) => "timeout",
             StoreError::Unavailable(_) => "unavailable",
+            StoreError::Unsupported { .. } => "unsupported",
         }
     }
 }
@@ -159,6 +198,22 @@ pub fn validate_checks(policies: &[NamedPolicy], checks: &[Check]) -> Result<(),
     }
     Ok(())
 }
+
+/// Rejects settlements no store may apply: a check naming a policy not in `policies`, or a
+/// reserved cost above its policy's limit (no check could have charged it). Every store calls it
+/// before it changes anything.
+pub fn validate_settles(policies: &[NamedPolicy], settles: &[Settle]) -> Result<(), StoreError> {
+    for (index, s) in settles.iter().enumerate() {
+        let Some(p) = policies.get(s.check.policy) else {
+            return Err(StoreError::UnknownPolicy { index, policy: s.check.policy });
+        };
+        p.policy.check_charge(s.check.cost).map_err(|source| StoreError::Cost { index, source })?;
+    }
+    Ok(())
+}
+
+/// A boxed future returned by [`Store::settle`].
+pub type SettleFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
 /// A boxed future returned by [`Store::decide`].
 pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, StoreError>> + Send + 'a>>;
@@ -271,6 +326,18 @@ pub trait Store: Send + Sync {
         let _ = checks;
         None
     }
+
+    /// Settles charges this store admitted (see [`Settle`]), all in one call; `at` as for
+    /// [`Store::decide`]. Only charges the store itself decided: a verdict a failure mode gave
+    /// (`fail-open` charged nothing; `local` charged another store) is never settled here. A
+    /// charge is settled once: the store keeps no record of it. The default, for a store that
+    /// cannot, is [`StoreError::Unsupported`]: the charges stay as they were, the strict
+    /// direction.
+    fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {
+        let _ = (settles, at);
+        let kind = self.kind();
+        Box::pin(std::future::ready(Err(StoreError::Unsupported { store: kind, what: "settle charges" })))
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -312,5 +379,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn decide_at_once(&self, checks: &[Check]) -> Option<Result<Reported, StoreError>> {
         (**self).decide_at_once(checks)
+    }
+
+    fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {
+        (**self).settle(settles, at)
     }
 }

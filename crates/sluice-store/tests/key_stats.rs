@@ -56,7 +56,7 @@ fn stores_without_keys_of_their_own_report_nothing_and_are_ready() {
     struct Empty;
     impl Store for Empty {
         fn decide<'a>(&'a self, _: &'a [Check], _: Option<u64>) -> sluice_store::StoreFuture<'a> {
-            Box::pin(std::future::ready(Ok(sluice_store::Verdict { allowed: true, decisions: vec![] })))
+            Box::pin(std::future::ready(Ok(sluice_store::Verdict::at(true, vec![], 0))))
         }
         fn policies(&self) -> &[NamedPolicy] {
             &[]

@@ -60,7 +60,7 @@ proptest! {
             let state = states.entry(key).or_insert_with(|| policy.fresh_state());
             let d = policy.check(state, now, cost).unwrap();
             let got = s.decide_at(&[Check { policy: 0, key, cost }], now);
-            prop_assert_eq!(got, Ok(Verdict { allowed: d.allowed, decisions: vec![d] }));
+            prop_assert_eq!(got, Ok(Verdict::at(d.allowed, vec![d], now)));
         }
     }
 
@@ -83,7 +83,7 @@ proptest! {
                     prop_assert_eq!(live, 3);
                 }
                 got => {
-                    prop_assert_eq!(got, Ok(Verdict { allowed: d.allowed, decisions: vec![d] }));
+                    prop_assert_eq!(got, Ok(Verdict::at(d.allowed, vec![d], now)));
                     states.insert(key, state);
                 }
             }

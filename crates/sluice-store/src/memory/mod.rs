@@ -19,7 +19,9 @@ use std::sync::atomic::Ordering;
 use sluice_core::{Clock, Decision, Nanos};
 
 use crate::key::KeyHasher;
-use crate::store::{Check, KeyStats, NamedPolicy, Reported, Store, StoreError, StoreFuture, Verdict};
+use crate::store::{
+    Check, KeyStats, NamedPolicy, Reported, Settle, SettleFuture, Store, StoreError, StoreFuture, Verdict,
+};
 use table::Table;
 
 pub use options::{FoldSize, MAX_FOLD_DEPTH, MemoryOptions, WhenFull};
@@ -119,13 +121,13 @@ impl MemoryStore {
     /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
     /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
     pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
-        request::decide_single(self.table(check)?, check, || now)
+        request::decide_single(self.table(check)?, check, || now).map(|(d, _)| d)
     }
 
     /// [`Self::decide_one_at`] at the store clock's `now`, read once the key's shard is locked
     /// (see [`Self::decide_now`]).
     pub fn decide_one_now(&self, check: &Check) -> Result<Decision, StoreError> {
-        request::decide_single(self.table(check)?, check, || self.clock.now())
+        request::decide_single(self.table(check)?, check, || self.clock.now()).map(|(d, _)| d)
     }
 
     /// The table a single check names. Its cost is checked by the algorithm itself, under the
@@ -312,6 +314,14 @@ impl Store for MemoryStore {
 
     fn decide_at_once(&self, checks: &[Check]) -> Option<Result<Reported, StoreError>> {
         Some(self.decide_now(checks).map(|verdict| Reported { verdict, degraded: None, answered: true }))
+    }
+
+    fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {
+        let settled = match at {
+            Some(now) => request::settle(&self.policies, &self.tables, settles, || now),
+            None => request::settle(&self.policies, &self.tables, settles, || self.clock.now()),
+        };
+        Box::pin(std::future::ready(settled))
     }
 
     fn key_stats(&self) -> Vec<KeyStats> {

@@ -8,7 +8,7 @@ use sluice_core::{Decision, Nanos, Policy, State};
 use super::shard::{ShardError, ShardOps};
 use super::table::Table;
 use crate::key::KeyHash;
-use crate::store::{Check, NamedPolicy, StoreError, Verdict, validate_checks};
+use crate::store::{Check, NamedPolicy, Settle, StoreError, Verdict, validate_checks, validate_settles};
 
 /// Decides `checks` at the time `now` gives, read once every shard involved is locked: all
 /// admitted and charged, or none charged.
@@ -25,7 +25,7 @@ pub(crate) fn decide(
 ) -> Result<Verdict, StoreError> {
     validate_checks(policies, checks)?;
     match checks {
-        [] => Ok(Verdict { allowed: true, decisions: Vec::new() }),
+        [] => Ok(Verdict::at(true, Vec::new(), 0)),
         [one] => decide_one(&tables[one.policy], one, now),
         _ => decide_many(policies, tables, checks, now),
     }
@@ -38,14 +38,19 @@ fn full(table: &Table) -> StoreError {
 
 /// The common case: one check, one shard, decided in place.
 fn decide_one(table: &Table, check: &Check, now: impl FnOnce() -> Nanos) -> Result<Verdict, StoreError> {
-    decide_single(table, check, now).map(|d| Verdict { allowed: d.allowed, decisions: vec![d] })
+    decide_single(table, check, now).map(|(d, at)| Verdict::at(d.allowed, vec![d], at))
 }
 
-/// One check, with no `Verdict` to allocate.
-pub(crate) fn decide_single(table: &Table, check: &Check, now: impl FnOnce() -> Nanos) -> Result<Decision, StoreError> {
+/// One check, with no `Verdict` to allocate: its decision, and the time it was decided at.
+pub(crate) fn decide_single(
+    table: &Table,
+    check: &Check,
+    now: impl FnOnce() -> Nanos,
+) -> Result<(Decision, Nanos), StoreError> {
     let mut shard = table.lock(table.shard_of(&check.key));
-    match shard.decide_one(&check.key, now(), check.cost) {
-        Ok(d) => Ok(d),
+    let now = now();
+    match shard.decide_one(&check.key, now, check.cost) {
+        Ok(d) => Ok((d, now)),
         Err(ShardError::Cost(source)) => Err(StoreError::Cost { index: 0, source }),
         Err(ShardError::Full) => Err(full(table)),
     }
@@ -126,7 +131,7 @@ fn decide_many(
         decisions.push(d);
     }
     if !allowed {
-        return Ok(Verdict { allowed, decisions });
+        return Ok(Verdict::at(allowed, decisions, now));
     }
 
     // Room for the new keys, shard by shard, before anything is written.
@@ -156,5 +161,24 @@ fn decide_many(
             guards[t.group].store(&t.key, state, now);
         }
     }
-    Ok(Verdict { allowed, decisions })
+    Ok(Verdict::at(allowed, decisions, now))
+}
+
+/// Settles `settles` at the time `now` gives, read under each key's shard lock. Each charge is
+/// settled on its own: a settlement decides nothing, so there is nothing to hold together.
+pub(crate) fn settle(
+    policies: &[NamedPolicy],
+    tables: &[Arc<Table>],
+    settles: &[Settle],
+    now: impl Fn() -> Nanos,
+) -> Result<(), StoreError> {
+    validate_settles(policies, settles)?;
+    for s in settles {
+        let table = &tables[s.check.policy];
+        let mut shard = table.lock(table.shard_of(&s.check.key));
+        if !shard.settle(&s.check.key, s.charged_at, s.check.cost, s.actual, now()) {
+            return Err(full(table));
+        }
+    }
+    Ok(())
 }

@@ -70,6 +70,10 @@ pub(crate) trait ShardOps: Send {
     /// Charges a check to a stored key (after [`ShardOps::peek`] admitted it).
     fn charge(&mut self, key: &KeyHash, now: Nanos, cost: u64) -> Result<Decision, CostError>;
 
+    /// Settles a charge of `reserved` made at `charged_at` at `actual` ([`sluice_core::Algorithm::settle`]).
+    /// False when a debt had to be stored for a key not held and the shard refuses new keys.
+    fn settle(&mut self, key: &KeyHash, charged_at: Nanos, reserved: u64, actual: u64, now: Nanos) -> bool;
+
     /// Stores a working copy: overwrites the key's state, or inserts it (room was made) unless it
     /// is fresh.
     fn store(&mut self, key: &KeyHash, state: State, now: Nanos);
@@ -379,6 +383,29 @@ where
             // Not reached: the store charges in place only keys it found and kept.
             None => alg.check(&mut A::State::default(), now, cost),
         }
+    }
+
+    fn settle(&mut self, key: &KeyHash, charged_at: Nanos, reserved: u64, actual: u64, now: Nanos) -> bool {
+        let alg = self.alg;
+        if let Some(slot) = self.used(key) {
+            slot.write(|s| alg.settle(s, charged_at, reserved, actual, now));
+            return true;
+        }
+        // Not held: fresh again, or folded into the summary. Nothing to give back (a folded
+        // key keeps its charge: the strict direction); a debt is stored like a new key's charge.
+        if actual <= reserved {
+            return true;
+        }
+        let mut state = self.seed(key, now);
+        alg.overrun(&mut state, now, actual - reserved);
+        if alg.is_fresh(&state, now) {
+            return true;
+        }
+        if !self.make_room(1, &[], now) {
+            return false;
+        }
+        self.insert(key, state);
+        true
     }
 
     fn store(&mut self, key: &KeyHash, state: State, now: Nanos) {

@@ -1,0 +1,146 @@
+-- sluice: settle charges the decision script made, in one call: each given back in part or
+-- whole, or charged beyond what it reserved (a debt). Runs after common.lua.
+--
+-- KEYS[i]       the stored key of settlement i
+-- ARGV[1], ARGV[2]  now and the expiry grace (common.lua)
+-- ARGV[3+7(i-1) .. 9+7(i-1)]  settlement i: algorithm, a, b, c (as decide.lua), charged_at (us:
+--               the time the decision script returned), back (units to give back), over (units
+--               to charge beyond the reservation, at most twice the limit: a debt is at most one
+--               limit); one of back and over is 0
+--
+-- Returns the number of settlements applied. Every rule mirrors sluice-core's `refund` and
+-- `overrun` exactly, in microseconds.
+
+local function max(x, y)
+  if x > y then
+    return x
+  end
+  return y
+end
+
+local function min(x, y)
+  if x < y then
+    return x
+  end
+  return y
+end
+
+-- Fixed window {start, count}: given back while the state counts the charge's window; charged
+-- in the window of now, up to twice the limit counted.
+local function fixed_window(key, limit, w, charged, back, over)
+  local st = load(key, 2)
+  local start, count = st[1], st[2]
+  if back > 0 then
+    local _, r = divmod(charged, w)
+    if start == charged - r then
+      count = max(count - back, 0)
+    end
+  else
+    if not (count > 0 and now < start + w) then
+      local _, r = divmod(now, w)
+      start, count = now - r, 0
+    end
+    count = max(count, min(count + over, 2 * limit))
+  end
+  save(key, 1, { start, count }, w)
+end
+
+-- Sliding window counter {start, prev, curr}: given back to the count of the charge's window
+-- (current, or previous); charged in the window of now, up to twice the limit in its count.
+local function sliding_window(key, limit, w, charged, back, over)
+  local st = load(key, 3)
+  local start, prev, curr = st[1], st[2], st[3]
+  if back > 0 then
+    local _, r = divmod(charged, w)
+    local cs = charged - r
+    if start == cs then
+      curr = max(curr - back, 0)
+    elseif start == cs + w then
+      prev = max(prev - back, 0)
+    end
+  else
+    local _, rem = divmod(now, w)
+    local aligned = now - rem
+    if aligned == start + w then
+      start, prev, curr = aligned, curr, 0
+    elseif aligned > start + w then
+      start, prev, curr = aligned, 0, 0
+    end
+    curr = max(curr, min(curr + over, 2 * limit))
+  end
+  save(key, 3, { start, prev, curr }, w)
+end
+
+-- GCRA {tat}: moved back by the units, never before now; or on, up to now + 2 * capacity * t.
+local function gcra(key, capacity, t, back, over)
+  local tat = load(key, 1)[1]
+  if back > 0 then
+    if tat > now then
+      tat = max(tat - back * t, now)
+    end
+  else
+    tat = max(tat, min(max(tat, now) + over * t, now + 2 * capacity * t))
+  end
+  save(key, 4, { tat }, 0)
+end
+
+-- Sliding log: while the charge is in the window, removes `back` members stamped at charged or
+-- later, the earliest first (of one time, the highest-numbered, so each time's members stay
+-- `time:0` .. `time:(k-1)`); charged: members at now (no earlier than the newest), up to
+-- `limit` live members.
+local function sliding_log(key, limit, w, charged, back, over)
+  if back > 0 then
+    if charged + w <= now then
+      return
+    end
+    local from = fmt(charged)
+    while back > 0 do
+      local first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if not first[2] then
+        return
+      end
+      local score = first[2]
+      local k = redis.call('ZCOUNT', key, score, score)
+      local n = min(k, back)
+      for i = k - 1, k - n, -1 do
+        redis.call('ZREM', key, score .. ':' .. fmt(i))
+      end
+      back = back - n
+      from = '(' .. score
+    end
+  else
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - w))
+    local n = min(over, limit - redis.call('ZCARD', key))
+    if n > 0 then
+      local at = log_newest(key)
+      if not at or at < now then
+        at = now
+      end
+      log_add(key, at, n, w)
+    end
+  end
+end
+
+local applied = 0
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local base = 3 + 7 * (i - 1)
+  local algo = tonumber(ARGV[base])
+  local a, b = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+  local charged, back, over = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), tonumber(ARGV[base + 6])
+  if back > 0 or over > 0 then
+    if algo == 1 then
+      fixed_window(key, a, b, charged, back, over)
+    elseif algo == 2 then
+      sliding_log(key, a, b, charged, back, over)
+    elseif algo == 3 then
+      sliding_window(key, a, b, charged, back, over)
+    elseif algo == 4 then
+      gcra(key, a, b, back, over)
+    else
+      return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[base]))
+    end
+  end
+  applied = applied + 1
+end
+return applied
