@@ -65,6 +65,8 @@ fn bench(c: &mut Criterion) {
         not_evaluated: Vec::new(),
         degraded: None,
         store_answered: true,
+        at: verdict.at,
+        at_each: Vec::new(),
     };
     let timing = Timing { decision_ns: 4_000, store_ns: 2_000 };
 

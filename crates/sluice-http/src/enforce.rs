@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sluice_core::{Decision, Nanos, Policy};
-use sluice_store::{Check, Degraded, Reported, Store, StoreError};
+use sluice_store::{Check, Degraded, Reported, Settle, Store, StoreError};
 
 use crate::headers::LimitView;
 
@@ -41,9 +41,20 @@ pub struct Outcome {
     /// decides again. False when nothing was asked, a failure mode answered or a deny cache
     /// repeated an earlier denial.
     pub store_answered: bool,
+    /// When the store decided, on its clock: what giving a charge back names
+    /// ([`Outcome::charged_at`]).
+    pub at: Nanos,
+    /// Per check, when its checks were decided at different times (several store calls, a
+    /// Redis Cluster's nodes); empty when all were decided at `at`.
+    pub at_each: Vec<Nanos>,
 }
 
 impl Outcome {
+    /// When check `index` was decided (and, if admitted, charged).
+    pub fn charged_at(&self, index: usize) -> Nanos {
+        self.at_each.get(index).copied().unwrap_or(self.at)
+    }
+
     /// The delay to hold the request for (shaping): the longest of its limits' delays.
     pub fn delay(&self) -> Nanos {
         self.decisions.iter().map(|d| d.delay).max().unwrap_or(0)
@@ -63,6 +74,10 @@ impl Outcome {
             }
             (a, b) => a.or(b),
         };
+        if self.at != later.at || !self.at_each.is_empty() || !later.at_each.is_empty() {
+            let times = |o: &Outcome| (0..o.decisions.len()).map(|i| o.charged_at(i)).collect::<Vec<_>>();
+            self.at_each = [times(&self), times(&later)].concat();
+        }
         self.allowed &= later.allowed;
         self.degraded = self.degraded.or(later.degraded);
         self.store_answered |= later.store_answered;
@@ -87,6 +102,9 @@ impl Outcome {
             return false;
         }
         self.decisions = order.iter().map(|&old| self.decisions[old]).collect();
+        if !self.at_each.is_empty() {
+            self.at_each = order.iter().map(|&old| self.at_each[old]).collect();
+        }
         self.describe = self.describe.map(|i| new_of[i]);
         for i in self.shadow_denied.iter_mut().chain(self.not_evaluated.iter_mut()) {
             *i = new_of[*i];
@@ -201,6 +219,8 @@ impl Enforcer {
                 not_evaluated: Vec::new(),
                 degraded: None,
                 store_answered: false,
+                at: 0,
+                at_each: Vec::new(),
             };
             return Some(Ok(none));
         }
@@ -229,8 +249,10 @@ impl Enforcer {
         let reported = self.store.decide_reported(&pick(&enforced), None).await?;
         let (enforced_v, degraded, store_answered) = (reported.verdict, reported.degraded, reported.answered);
         let mut decisions = vec![enforced_v.decisions.first().copied().unwrap_or(NO_DECISION); checks.len()];
+        let mut at_each = vec![enforced_v.at; checks.len()];
         for (j, &i) in enforced.iter().enumerate() {
             decisions[i] = enforced_v.decisions[j];
+            at_each[i] = enforced_v.charged_at(j);
         }
         let describe = enforced_v.tightest().map(|j| enforced[j]);
         let (mut shadow_denied, mut not_evaluated) = (Vec::new(), Vec::new());
@@ -244,6 +266,7 @@ impl Enforcer {
             match &shadow_v {
                 Some(v) => {
                     decisions[i] = v.decisions[j];
+                    at_each[i] = v.charged_at(j);
                     if !v.decisions[j].allowed {
                         shadow_denied.push(i);
                     }
@@ -262,7 +285,37 @@ impl Enforcer {
             not_evaluated,
             degraded,
             store_answered,
+            at: enforced_v.at,
+            at_each,
         })
+    }
+
+    /// What `outcome` charged for `checks`, each as a settlement that gives it back whole: every
+    /// check of an admitted request the store itself decided, and its shadow checks when they
+    /// were charged (decided together, they are charged only if all admit). Nothing for a denied
+    /// request (nothing was charged) or a verdict a failure mode gave (`fail-open` charged
+    /// nothing; `local` charged its fallback, not this store).
+    pub fn charges(&self, checks: &[Check], outcome: &Outcome) -> Vec<Settle> {
+        if !outcome.allowed || outcome.degraded.is_some() {
+            return Vec::new();
+        }
+        let shadow_charged = outcome.shadow_denied.is_empty() && outcome.not_evaluated.is_empty();
+        checks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.cost > 0 && (shadow_charged || !self.any_shadow(std::slice::from_ref(c))))
+            .map(|(i, c)| Settle { check: *c, charged_at: outcome.charged_at(i), actual: 0 })
+            .collect()
+    }
+
+    /// Gives back everything `outcome` charged for `checks` ([`Enforcer::charges`]), in one
+    /// store call: the request it decided went no further.
+    pub async fn refund(&self, checks: &[Check], outcome: &Outcome) -> Result<(), StoreError> {
+        let charges = self.charges(checks, outcome);
+        if charges.is_empty() {
+            return Ok(());
+        }
+        self.store.settle(&charges, None).await
     }
 }
 
@@ -277,6 +330,8 @@ fn enforced(reported: Reported) -> Outcome {
         not_evaluated: Vec::new(),
         degraded: reported.degraded,
         store_answered: reported.answered,
+        at: v.at,
+        at_each: v.at_each,
     }
 }
 
@@ -291,6 +346,48 @@ mod tests {
         Decision { allowed: true, limit, remaining: limit, reset_after: 0, retry_after: 0, delay: 0 }
     }
 
+    /// An enforcer over a memory store at a manual clock: "limit" (2 per minute) and
+    /// "watched" (1 per minute, shadow).
+    fn enforcer(clock: Arc<sluice_core::ManualClock>) -> Enforcer {
+        use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
+        let window =
+            |limit| Policy::from(sluice_core::FixedWindow::new(limit, 60 * sluice_core::NANOS_PER_SEC).unwrap());
+        let named = |name: &str, limit| NamedPolicy { name: name.into(), policy: window(limit) };
+        let store = MemoryStore::new(vec![named("limit", 2), named("watched", 1)], MemoryOptions::default(), clock);
+        let info = |name: &str, limit, shadow| PolicyInfo { name: name.into(), policy: window(limit), shadow };
+        Enforcer::new(Arc::new(store), vec![info("limit", 2, false), info("watched", 1, true)])
+    }
+
+    #[tokio::test]
+    async fn a_refund_gives_back_what_was_charged_and_nothing_else() {
+        let clock = Arc::new(sluice_core::ManualClock::new(1_000 * sluice_core::NANOS_PER_SEC));
+        let e = enforcer(Arc::clone(&clock));
+        let key = sluice_store::KeyHash([7; 16]);
+        let both = [Check { policy: 0, key, cost: 1 }, Check { policy: 1, key, cost: 1 }];
+        let first = e.decide(&both).await.unwrap();
+        assert!(first.allowed && first.shadow_denied.is_empty());
+        assert_eq!(e.charges(&both, &first).len(), 2, "the enforced and the shadow charge");
+        clock.advance(5);
+        // The shadow limit would deny now: it is charged nothing, so only the enforced check is.
+        let second = e.decide(&both).await.unwrap();
+        assert_eq!((second.allowed, &second.shadow_denied[..]), (true, &[1][..]));
+        let charges = e.charges(&both, &second);
+        assert_eq!(
+            charges.iter().map(|c| (c.check.policy, c.charged_at)).collect::<Vec<_>>(),
+            [(0, sluice_core::Clock::now(&*clock))]
+        );
+        e.refund(&both, &second).await.unwrap();
+        let third = e.decide(&both[..1]).await.unwrap();
+        assert_eq!((third.allowed, third.decisions[0].remaining), (true, 0), "the refund made room for this one");
+        // A denial charged nothing, and a verdict a failure mode gave is not this store's.
+        assert!(e.charges(&both[..1], &e.decide(&both[..1]).await.unwrap()).is_empty());
+        let degraded = Outcome {
+            degraded: Some(Degraded { mode: "fail-open", error: StoreError::Timeout(5) }),
+            ..e.decide(&[Check { policy: 0, key: sluice_store::KeyHash([8; 16]), cost: 1 }]).await.unwrap()
+        };
+        assert!(e.charges(&both[..1], &degraded).is_empty());
+    }
+
     #[test]
     fn reordered_checks_keep_what_is_said_of_each() {
         // Checks 0 and 1 were decided first; check 2 (a body limit) belongs first.
@@ -302,8 +399,11 @@ mod tests {
             not_evaluated: vec![0],
             degraded: None,
             store_answered: true,
+            at: 5,
+            at_each: vec![5, 5, 7],
         };
         assert!(o.reorder(&[2, 0, 1]));
+        assert_eq!((o.charged_at(0), o.charged_at(1)), (7, 5), "the times move with their checks");
         assert_eq!(o.decisions.iter().map(|d| d.limit).collect::<Vec<_>>(), [30, 10, 20]);
         assert_eq!((o.describe, &o.shadow_denied[..], &o.not_evaluated[..]), (Some(0), &[2][..], &[1][..]));
         // An order that is not a permutation of the checks changes nothing.

@@ -498,7 +498,15 @@ impl<'a> Lifecycle<'a> {
             .limiter
             .checks_of(limits, &facts, |l| l.key.needs_body())
             .map_err(|why| self.refused(Some(at), &why))?;
-        Ok(ruling.then(decided!(self.limiter, later)))
+        let later = decided!(self.limiter, later);
+        // All or nothing across the phases: a request the body's limits deny (or the store
+        // cannot decide) is not passed on, so what the bodiless limits charged is given back.
+        // A body that could not be read or keyed (above) keeps those charges: reading it was
+        // the work they limit.
+        if !matches!(later.action(), Action::Admit { .. }) {
+            self.limiter.refund(&ruling).await;
+        }
+        Ok(ruling.then(later))
     }
 
     /// A decided request's answer (a denial, a 503, or the response of what the face passed it

@@ -365,6 +365,16 @@ impl Limiter {
         }
     }
 
+    /// Gives back everything `ruling` charged ([`Enforcer::charges`]): a later phase of the same
+    /// request did not admit it, and a request that is not passed on is charged nothing. A
+    /// failure to give back leaves the charges in place (the strict direction) and is logged.
+    pub async fn refund(&self, ruling: &Ruling<'_>) {
+        let Ok(outcome) = &ruling.outcome else { return };
+        if let Err(e) = self.enforcer.refund(&ruling.checks, outcome).await {
+            tracing::warn!(target: "sluice::store", error = %e, "a denied request's first charges could not be given back");
+        }
+    }
+
     /// The ruling of `checks`, asked of the store at `asked`.
     fn ruling(&self, checks: Checks, asked: Instant, outcome: Result<Outcome, StoreError>) -> Ruling<'_> {
         let Checks { checks, kinds, positions, started } = checks;
@@ -382,9 +392,9 @@ impl Limiter {
 
 impl Ruling<'_> {
     /// This ruling followed by `later`, decided after it admitted (the limits that needed the
-    /// body, once it was read). The request is admitted only if both admitted. What this ruling
-    /// charged stays charged if `later` denies: an error only in the strict direction. The
-    /// checks of both stay in the route's order.
+    /// body, once it was read). The request is admitted only if both admitted; when `later`
+    /// does not, the lifecycle gives back what this ruling charged first
+    /// ([`Limiter::refund`]). The checks of both stay in the route's order.
     pub fn then(mut self, later: Ruling<'_>) -> Self {
         self.outcome = match (self.outcome, later.outcome) {
             (Ok(a), Ok(b)) => Ok(a.then(b)),
