@@ -25,6 +25,7 @@
 
 #[cfg(feature = "toml")]
 mod accepted_keys;
+mod cost_from;
 mod defaults;
 mod duration;
 mod error;
@@ -44,6 +45,7 @@ mod validate;
 
 #[cfg(feature = "toml")]
 pub use accepted_keys::accepted_keys;
+pub use cost_from::CostFrom;
 pub use defaults::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN, MAX_SLIDING_LOG_LIMIT};
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;

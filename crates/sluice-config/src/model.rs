@@ -466,8 +466,11 @@ pub struct RouteLimit {
     pub policy: usize,
     /// How the key is built from the request.
     pub key: KeySpec,
-    /// What one request costs under this limit.
+    /// What one request costs under this limit; with `cost_from`, what it reserves until its
+    /// response says what it really cost.
     pub cost: u64,
+    /// Where the response says what the request really cost (`None`: it costs `cost`).
+    pub cost_from: Option<crate::CostFrom>,
     /// `None`: it applies to every request; otherwise only to requests of its plan.
     pub plan: Option<PlanChoice>,
 }

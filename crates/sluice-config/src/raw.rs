@@ -92,6 +92,7 @@ pub(crate) struct RawLimit {
     pub policy: Option<String>,
     pub key: RawKey,
     pub cost: Option<u64>,
+    pub cost_from: Option<String>,
     pub policy_by: Option<String>,
     pub policies: Option<BTreeMap<String, String>>,
     pub default_policy: Option<String>,

@@ -296,16 +296,24 @@ impl Enforcer {
     /// request (nothing was charged) or a verdict a failure mode gave (`fail-open` charged
     /// nothing; `local` charged its fallback, not this store).
     pub fn charges(&self, checks: &[Check], outcome: &Outcome) -> Vec<Settle> {
-        if !outcome.allowed || outcome.degraded.is_some() {
-            return Vec::new();
-        }
+        self.charged(checks, outcome).map(|(_, s)| s).collect()
+    }
+
+    /// [`Enforcer::charges`], each with the index of its check.
+    pub fn charged<'c>(
+        &'c self,
+        checks: &'c [Check],
+        outcome: &'c Outcome,
+    ) -> impl Iterator<Item = (usize, Settle)> + 'c {
+        let charged_any = outcome.allowed && outcome.degraded.is_none();
         let shadow_charged = outcome.shadow_denied.is_empty() && outcome.not_evaluated.is_empty();
         checks
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.cost > 0 && (shadow_charged || !self.any_shadow(std::slice::from_ref(c))))
-            .map(|(i, c)| Settle { check: *c, charged_at: outcome.charged_at(i), actual: 0 })
-            .collect()
+            .filter(move |(_, c)| {
+                charged_any && c.cost > 0 && (shadow_charged || !self.any_shadow(std::slice::from_ref(c)))
+            })
+            .map(|(i, c)| (i, Settle { check: *c, charged_at: outcome.charged_at(i), actual: 0 }))
     }
 
     /// Gives back everything `outcome` charged for `checks` ([`Enforcer::charges`]), in one

@@ -70,13 +70,25 @@ use std::future::Future;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use sluice_config::{Loosen, Route, RouteLimit, find_route};
+use sluice_config::{CostFrom, Loosen, Route, RouteLimit, find_route};
+use sluice_store::Settle;
 
 use crate::body_key::{BodyKind, body_kind, keyable_body, needs_body};
 use crate::identity::Client;
 use crate::keys::RequestFacts;
 use crate::pipeline::{Action, Checks, Limiter, Refusal, Ruling, route_path};
 use crate::response::Answer;
+
+/// The whole number in the one field line of `name` in `headers`: ASCII digits only, no sign,
+/// no spaces, no second line (which of two would be the cost?).
+fn response_cost(headers: &HeaderMap, name: &str) -> Option<u64> {
+    let mut lines = headers.get_all(name).iter();
+    let value = lines.next()?.as_bytes();
+    if lines.next().is_some() || value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
 
 /// What a request says of itself before anything is decided: all the lifecycle reads of it.
 #[derive(Debug, Clone, Copy)]
@@ -311,7 +323,7 @@ struct Deciding<'r> {
 /// the request and face move once, into [`Face::pass_on`] (or the face into its denial). Used
 /// last in an async fn: a denial returns from it.
 macro_rules! act {
-    ($lifecycle:expr, $face_type:ty, $at:expr, $ruling:expr, $request:expr, $face:expr) => {{
+    ($lifecycle:expr, $face_type:ty, $at:expr, $ruling:expr, $request:expr, $face:expr, $limits:expr) => {{
         let (lifecycle, at, ruling) = ($lifecycle, $at, &$ruling);
         let delay = match ruling.action() {
             Action::Admit { delay } => delay,
@@ -325,8 +337,19 @@ macro_rules! act {
         if <$face_type as Face>::HOLDS_DELAY && !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let passed = $face.pass_on($request, at, ruling).await;
-        lifecycle.passed::<$face_type>(at, ruling, passed)
+        // Only the response is held across the settlement: a face's error need not be `Send`.
+        let mut response = match $face.pass_on($request, at, ruling).await {
+            Ok(response) => response,
+            Err(e) => return lifecycle.passed::<$face_type>(at, ruling, Err(e)),
+        };
+        // Limits whose cost the response says: their reservations settled to it.
+        if let Some(headers) = <$face_type as Face>::headers_mut(&mut response) {
+            let costs = lifecycle.response_costs($limits, ruling, headers);
+            if !costs.is_empty() {
+                lifecycle.limiter.settle(&costs).await;
+            }
+        }
+        lifecycle.passed::<$face_type>(at, ruling, Ok(response))
     }};
 }
 
@@ -377,7 +400,7 @@ impl<'a> Lifecycle<'a> {
         let at = Counted::Route(index, &route.name);
         let ruling = decide!(self, at, &route.limits, route.loosen, &path, client, asked, face);
         drop(path);
-        act!(self, F, at, ruling, request, face)
+        act!(self, F, at, ruling, request, face, &route.limits)
     }
 
     /// `request`, from `client`, under every one of `limits` (the tower layer: no routes),
@@ -403,7 +426,7 @@ impl<'a> Lifecycle<'a> {
         let at = Counted::Named(name);
         let ruling = decide!(self, at, limits, Loosen::default(), &path, client, asked, face);
         drop(path);
-        act!(self, F, at, ruling, request, face)
+        act!(self, F, at, ruling, request, face, limits)
     }
 
     /// Checks the face built itself (the decision API names its keys): decided, acted on and
@@ -416,7 +439,7 @@ impl<'a> Lifecycle<'a> {
         face: F,
     ) -> Result<F::Response, F::Error> {
         let ruling = decided!(self.limiter, checks);
-        act!(self, F, at, ruling, request, face)
+        act!(self, F, at, ruling, request, face, &[])
     }
 
     /// A ruling the face reached itself, acted on and observed under `at`: the rate-limit
@@ -429,7 +452,7 @@ impl<'a> Lifecycle<'a> {
         request: F::Request,
         face: F,
     ) -> Result<F::Response, F::Error> {
-        act!(self, F, at, ruling, request, face)
+        act!(self, F, at, ruling, request, face, &[])
     }
 
     /// The checks of `limits` that need no body (decided first: a client whose quota is spent is
@@ -507,6 +530,32 @@ impl<'a> Lifecycle<'a> {
             self.limiter.refund(&ruling).await;
         }
         Ok(ruling.then(later))
+    }
+
+    /// The settlements a passed request's response asks for: each charged check whose limit
+    /// (among `limits`, the face's list) reads its cost from the response, settled to the cost
+    /// the response gives. A response that does not say (the header missing, repeated, or not a
+    /// whole number) leaves the reservation as it was. Empty, without allocating, when no limit
+    /// reads its cost from the response.
+    fn response_costs(&self, limits: &[RouteLimit], ruling: &Ruling<'_>, headers: &HeaderMap) -> Vec<Settle> {
+        if !limits.iter().any(|l| l.cost_from.is_some()) {
+            return Vec::new();
+        }
+        let Ok(outcome) = &ruling.outcome else { return Vec::new() };
+        let enforcer = self.limiter.enforcer();
+        enforcer
+            .charged(&ruling.checks, outcome)
+            .filter_map(|(i, settle)| {
+                let CostFrom::ResponseHeader(name) = limits.get(ruling.positions[i])?.cost_from.as_ref()?;
+                match response_cost(headers, name) {
+                    Some(actual) => Some(Settle { actual, ..settle }),
+                    None => {
+                        tracing::debug!(target: "sluice::settle", header = %name, "the response does not say what it cost: the reservation stands");
+                        None
+                    }
+                }
+            })
+            .collect()
     }
 
     /// A decided request's answer (a denial, a 503, or the response of what the face passed it

@@ -375,6 +375,15 @@ impl Limiter {
         }
     }
 
+    /// Settles charges the store made ([`sluice_store::Store::settle`]): what the responses of
+    /// admitted requests said they cost. A failure leaves the reservations as they were (at
+    /// their estimate) and is logged.
+    pub async fn settle(&self, settles: &[sluice_store::Settle]) {
+        if let Err(e) = self.enforcer.store().settle(settles, None).await {
+            tracing::warn!(target: "sluice::store", error = %e, "a response's cost could not be settled");
+        }
+    }
+
     /// The ruling of `checks`, asked of the store at `asked`.
     fn ruling(&self, checks: Checks, asked: Instant, outcome: Result<Outcome, StoreError>) -> Ruling<'_> {
         let Checks { checks, kinds, positions, started } = checks;

@@ -422,3 +422,51 @@ async fn the_layer_keys_on_verified_token_claims_and_ignores_forged_ones() {
     let res = c.get("/me", &[("x-forwarded-for", "198.51.100.9"), ("authorization", fake.as_str())]).await;
     assert_eq!((res.status, res.num("ratelimit-remaining")), (200, 1));
 }
+
+/// An LLM-like API: every response says how many tokens it used in `x-usage-tokens`.
+#[tokio::test]
+async fn a_limit_settled_by_the_response_charges_what_the_response_says() {
+    // 100 tokens, refilled at one per 1000 s: nothing refills during the test.
+    let tokens = NamedPolicy { name: "tokens".into(), policy: TokenBucket::new(100, 0.001).unwrap().into() };
+    let store = Arc::new(MemoryStore::new(vec![tokens], MemoryOptions::default(), Arc::new(ManualClock::new(T0))));
+    let usage = sluice_config::CostFrom::parse("response-header:x-usage-tokens").unwrap();
+    let layer = axum_layer(store)
+        .limit_settled("tokens", "ip", 1, usage)
+        .headers(vec![HeaderStyle::Ietf])
+        .build()
+        .expect("layer builds");
+    // The handler reports the tokens the request asks it to use (as `?used=N`), or says nothing.
+    let handler = |uri: http::Uri| async move {
+        let used = uri.query().and_then(|q| q.strip_prefix("used=")).map(str::to_string);
+        let mut res = http::Response::new(Body::from("done"));
+        if let Some(n) = used {
+            res.headers_mut().insert("x-usage-tokens", n.parse().unwrap());
+        }
+        res
+    };
+    let c = Client { app: Router::new().route("/v1/chat", get(handler)).layer(layer) };
+    // What the ietf field says is left: `"tokens";r=N;t=...`.
+    let left = |r: &Resp| -> u64 {
+        let field = r.header("ratelimit").expect("a RateLimit field");
+        field.split(';').find_map(|p| p.strip_prefix("r=")).and_then(|n| n.parse().ok()).expect("r=")
+    };
+
+    // Each request reserves 1 (what its headers show), and is settled to what its response says.
+    let first = c.get("/v1/chat?used=40", &[]).await;
+    assert_eq!((first.status, left(&first)), (200, 99));
+    let second = c.get("/v1/chat?used=30", &[]).await;
+    assert_eq!(left(&second), 59, "40 used by the first");
+    // No usage header: the reservation (1) stands.
+    let third = c.get("/v1/chat", &[]).await;
+    assert_eq!(left(&third), 29, "30 used by the second");
+    // Not a whole number: the reservation stands too.
+    let fourth = c.get("/v1/chat?used=12x", &[]).await;
+    assert_eq!(left(&fourth), 28, "1 by the third");
+    // A request that uses more than is left is not stopped (its response is already on its way):
+    // the next one is, until the refill pays the debt back.
+    let fifth = c.get("/v1/chat?used=80", &[]).await;
+    assert_eq!((fifth.status, left(&fifth)), (200, 27));
+    let denied = c.get("/v1/chat?used=1", &[]).await;
+    assert_eq!(denied.status, 429, "40 + 30 + 1 + 1 + 80 used of 100: a debt of 52 tokens");
+    assert_eq!(denied.num("retry-after"), 53_000, "the debt and one token for this request, at 1 per 1000 s");
+}

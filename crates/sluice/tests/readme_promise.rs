@@ -37,18 +37,6 @@ fn reset(addr: SocketAddr, email: &str) -> Resp {
     send(addr, &request("POST", "/api/password-reset", &[("Content-Type", b"application/json")], body.as_bytes()))
 }
 
-/// The `r` of `policy` in the ietf `RateLimit` field: `"per-account";r=2;t=900, "per-ip";r=7;t=20`.
-fn remaining(resp: &Resp, policy: &str) -> u64 {
-    let field = resp.header("ratelimit").unwrap_or_else(|| panic!("no RateLimit field: {:?}", resp.headers));
-    let item = field
-        .split(',')
-        .map(str::trim)
-        .find(|i| i.starts_with(&format!("\"{policy}\"")))
-        .unwrap_or_else(|| panic!("{policy} is not in {field}"));
-    let r = item.split(';').find_map(|p| p.strip_prefix("r=")).expect("an r parameter");
-    r.parse().expect("r is a number")
-}
-
 #[test]
 fn a_request_the_account_limit_denies_is_not_charged_to_the_ip_limit() {
     let dir = TempDir::new("readme-promise");
@@ -72,7 +60,7 @@ fn denied_requests_are_charged_to_neither(addr: SocketAddr) {
     for left in [9, 8, 7] {
         let r = reset(addr, "victim@example.com");
         assert_eq!(r.status, 200);
-        assert_eq!(remaining(&r, "per-ip"), left);
+        assert_eq!(r.remaining_of("per-ip"), left);
     }
     // Five more for the same account: denied by per-account, read after the body. Before
     // issue 26 each took a token from per-ip (README's promise was false: 6 left became 2).
@@ -84,8 +72,8 @@ fn denied_requests_are_charged_to_neither(addr: SocketAddr) {
     // Another account from the same network: admitted, and per-ip lost only this one.
     let r = reset(addr, "someone@example.com");
     assert_eq!(r.status, 200);
-    assert_eq!(remaining(&r, "per-ip"), 6, "the five denied requests were given back to per-ip");
-    assert_eq!(remaining(&r, "per-account"), 2);
+    assert_eq!(r.remaining_of("per-ip"), 6, "the five denied requests were given back to per-ip");
+    assert_eq!(r.remaining_of("per-account"), 2);
 }
 
 #[test]
@@ -101,5 +89,5 @@ fn a_body_that_cannot_be_keyed_stays_charged_to_the_limits_read_before_it() {
     }
     let r = reset(addr, "someone@example.com");
     assert_eq!(r.status, 200);
-    assert_eq!(remaining(&r, "per-ip"), 7, "two refused bodies and this request: 3 of 10");
+    assert_eq!(r.remaining_of("per-ip"), 7, "two refused bodies and this request: 3 of 10");
 }

@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use sluice_core::{CostError, check_cost};
 
+use crate::cost_from::CostFrom;
 use crate::error::{ConfigError, Source};
 use crate::key_part::plan_source;
 use crate::model::*;
@@ -74,6 +75,7 @@ pub(super) fn route(
         key.parts.iter().flatten().try_for_each(needs_source)?;
         let cost = l.cost.unwrap_or(route_cost);
         check_cost(cost, u64::MAX).map_err(|e| lerr("", e.to_string()))?;
+        let cost_from = l.cost_from.as_deref().map(CostFrom::parse).transpose().map_err(|m| lerr("cost_from", m))?;
         let choices = match (l.policy, l.policy_by) {
             (Some(_), Some(_)) => {
                 return Err(lerr(
@@ -138,7 +140,7 @@ pub(super) fn route(
                 let limit = e.capacity;
                 lerr(&field, format!("cost {cost} exceeds policy `{name}`'s limit {limit}: no request could pass"))
             })?;
-            limits.push(RouteLimit { policy, key: key.clone(), cost, plan });
+            limits.push(RouteLimit { policy, key: key.clone(), cost, cost_from: cost_from.clone(), plan });
         }
     }
     let mut loosen = Loosen::default();

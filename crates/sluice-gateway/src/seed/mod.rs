@@ -246,7 +246,13 @@ fn seed_route() -> Route {
         name: SEED_ROUTE.into(),
         path: PathPattern { shape: PathShape::Path(SEED_ROUTE.into()), exact: true },
         methods: None,
-        limits: vec![RouteLimit { policy: 0, key: KeySpec { parts: vec![vec![KeySource::Ip]] }, cost: 1, plan: None }],
+        limits: vec![RouteLimit {
+            policy: 0,
+            key: KeySpec { parts: vec![vec![KeySource::Ip]] },
+            cost: 1,
+            cost_from: None,
+            plan: None,
+        }],
         loosen: Loosen::default(),
     }
 }

@@ -140,13 +140,25 @@ impl IntoKey for KeySpec {
     }
 }
 
+/// A limit as the builder was asked for it.
+#[derive(Debug)]
+struct AskedLimit {
+    /// The store policy's name.
+    policy: String,
+    /// The key, or what is wrong with it.
+    key: Result<KeySpec, String>,
+    /// What a request costs (or reserves, with `cost_from`).
+    cost: u64,
+    /// Where the response says what the request really cost.
+    cost_from: Option<sluice_config::CostFrom>,
+}
+
 /// Builds a [`RateLimitLayer`].
 pub struct RateLimitLayerBuilder {
     /// The store whose policies the limits name.
     store: Arc<dyn Store>,
-    /// (policy name, key or what is wrong with it, cost) of every limit, resolved against the
-    /// store in `build`.
-    limits: Vec<(String, Result<KeySpec, String>, u64)>,
+    /// Every limit as asked, resolved against the store in `build`.
+    limits: Vec<AskedLimit>,
     /// Proxies whose forwarding header is believed (none by default: the peer is the client).
     trusted: Vec<IpNet>,
     /// The forwarding header those proxies write.
@@ -184,7 +196,37 @@ impl RateLimitLayerBuilder {
 
     /// Adds a limit whose every request costs `cost` (an expensive endpoint spends more).
     pub fn limit_with_cost(mut self, policy: &str, key: impl IntoKey, cost: u64) -> Self {
-        self.limits.push((policy.to_string(), key.into_key(), cost));
+        self.limits.push(AskedLimit { policy: policy.to_string(), key: key.into_key(), cost, cost_from: None });
+        self
+    }
+
+    /// Adds a limit whose requests reserve `estimate` when admitted and are settled to what
+    /// their response says they cost (`cost_from`: the tokens an LLM API reports in a response
+    /// header, say), when the inner service's response head arrives. A limit spent by settled
+    /// costs denies the next request, never the one in flight; a response that does not say
+    /// keeps its reservation.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// use sluice_config::CostFrom;
+    /// # use sluice_core::{ManualClock, Policy, TokenBucket};
+    /// # use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store};
+    /// use sluice_http::layer::RateLimitLayer;
+    /// # let tokens = NamedPolicy { name: "tokens".into(), policy: Policy::from(TokenBucket::new(10_000, 100.0).unwrap()) };
+    /// # let store: Arc<dyn Store> = Arc::new(MemoryStore::new(vec![tokens], MemoryOptions::default(), Arc::new(ManualClock::new(0))));
+    /// let usage = CostFrom::parse("response-header:x-usage-tokens").unwrap();
+    /// let layer = RateLimitLayer::builder(store).limit_settled("tokens", "header:x-api-key", 1, usage).build();
+    /// assert!(layer.is_ok());
+    /// ```
+    pub fn limit_settled(
+        mut self,
+        policy: &str,
+        key: impl IntoKey,
+        estimate: u64,
+        cost_from: sluice_config::CostFrom,
+    ) -> Self {
+        let (policy, key) = (policy.to_string(), key.into_key());
+        self.limits.push(AskedLimit { policy, key, cost: estimate, cost_from: Some(cost_from) });
         self
     }
 
@@ -267,7 +309,7 @@ impl RateLimitLayerBuilder {
         }
         let enforcer = Enforcer::of_store(self.store);
         let mut limits = Vec::new();
-        for (name, key, cost) in self.limits {
+        for AskedLimit { policy: name, key, cost, cost_from } in self.limits {
             let key = key.map_err(|error| LayerError::Key { policy: name.clone(), error })?;
             let Some(policy) = enforcer.policy_index(&name) else { return Err(LayerError::UnknownPolicy(name)) };
             let limit = enforcer.policies()[policy].policy.limit();
@@ -277,7 +319,7 @@ impl RateLimitLayerBuilder {
             if key.needs_body() {
                 return Err(LayerError::BodyKey(key.to_string()));
             }
-            limits.push(RouteLimit { policy, key, cost, plan: None });
+            limits.push(RouteLimit { policy, key, cost, cost_from, plan: None });
         }
         #[cfg(feature = "jwt")]
         let verifier = self.jwt.as_ref().map(|j| {

@@ -29,6 +29,19 @@ impl Resp {
         self.headers.get(name).map(String::as_str)
     }
 
+    /// The `r` (remaining) of `policy` in the ietf `RateLimit` field
+    /// (`"per-account";r=2;t=900, "per-ip";r=7;t=20`).
+    pub fn remaining_of(&self, policy: &str) -> u64 {
+        let field = self.header("ratelimit").unwrap_or_else(|| panic!("no RateLimit field: {:?}", self.headers));
+        let item = field
+            .split(',')
+            .map(str::trim)
+            .find(|i| i.starts_with(&format!("\"{policy}\"")))
+            .unwrap_or_else(|| panic!("{policy} is not in {field}"));
+        let r = item.split(';').find_map(|p| p.strip_prefix("r=")).expect("an r parameter");
+        r.parse().expect("r is a number")
+    }
+
     /// The body as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -210,32 +223,41 @@ impl Recorder {
     }
 }
 
+/// Header lines as (lowercased name, value).
+pub type Headers = Vec<(String, String)>;
+
+/// A request's head on an upstream's connection: method, target and headers (names lowercased);
+/// `None` when the connection ends first.
+pub fn read_head(reader: &mut impl BufRead) -> Option<(String, String, Headers)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut parts = line.trim_end().splitn(3, ' ');
+    let (method, path) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
+    let mut headers = Vec::new();
+    loop {
+        let mut h = Vec::new();
+        if reader.read_until(b'\n', &mut h).unwrap_or(0) == 0 {
+            return None;
+        }
+        let h = String::from_utf8_lossy(&h).trim_end().to_string();
+        if h.is_empty() {
+            return Some((method, path, headers));
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+}
+
 /// Serves connection number `id`: reads requests, their bodies as they arrive (recorded in
 /// `receiving`), answers each received whole, and records one cut inside its body.
 fn serve_connection(conn: TcpStream, id: usize, log: &Mutex<Log>) {
     let mut writer = conn.try_clone().unwrap();
     let mut reader = BufReader::new(conn);
     loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut parts = line.trim_end().splitn(3, ' ');
-        let (method, path) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
-        let mut headers = Vec::new();
-        loop {
-            let mut h = Vec::new();
-            if reader.read_until(b'\n', &mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = String::from_utf8_lossy(&h).trim_end().to_string();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-            }
-        }
+        let Some((method, path, headers)) = read_head(&mut reader) else { return };
         let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         let chunked = get("transfer-encoding").is_some_and(|v| v.contains("chunked"));
         let length = get("content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
