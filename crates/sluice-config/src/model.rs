@@ -350,8 +350,12 @@ pub struct PolicyConfig {
     pub name: String,
     /// The algorithm and its validated parameters.
     pub policy: Policy,
-    /// Decide, log and count, but never deny.
+    /// Decide, log and count, but never deny, and tell nobody (`shadow = true`, or
+    /// `enforce = "shadow"`).
     pub shadow: bool,
+    /// Decide, log and count, never deny, and tell what the request is passed on to when it is
+    /// over (`enforce = "soft"`: the `sluice-soft-limited` request header names the policy).
+    pub soft: bool,
 }
 
 /// `[[route]]`

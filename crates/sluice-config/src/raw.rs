@@ -69,6 +69,7 @@ pub(crate) struct RawPolicy {
     pub delay: Option<u64>,
     #[serde(default)]
     pub shadow: bool,
+    pub enforce: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

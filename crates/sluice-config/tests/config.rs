@@ -388,3 +388,24 @@ fn unrouted_requests_pass_unlimited_unless_a_last_route_catches_them_all() {
     assert!(unlimited(&format!("{fa}{policies}{api}")));
     assert!(!unlimited(&format!("{fa}{policies}{api}{}", all("", "p"))));
 }
+
+#[test]
+fn a_policy_is_enforced_hard_soft_or_in_shadow() {
+    let policy = |extra: &str| {
+        format!("[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n{extra}\n")
+    };
+    let read = |extra: &str| {
+        let c = parse("p.toml", &policy(extra)).unwrap();
+        (c.policies[0].shadow, c.policies[0].soft)
+    };
+    assert_eq!(read(""), (false, false));
+    assert_eq!(read("enforce = \"hard\""), (false, false));
+    assert_eq!(read("enforce = \"soft\""), (false, true));
+    assert_eq!(read("enforce = \"shadow\""), (true, false));
+    assert_eq!(read("shadow = true"), (true, false));
+    assert_eq!(read("shadow = true\nenforce = \"shadow\""), (true, false));
+    let e = error_of(&policy("shadow = true\nenforce = \"soft\""));
+    assert!(e.starts_with("bad.toml:6: policy[0].shadow: `shadow = true` is `enforce = \"shadow\"`"), "{e}");
+    let e = error_of(&policy("enforce = \"warn\""));
+    assert!(e.starts_with("bad.toml:6: policy[0].enforce: `warn` is not one of `hard`"), "{e}");
+}

@@ -48,7 +48,7 @@ fn bench(c: &mut Criterion) {
     let policies: Vec<PolicyInfo> = config
         .policies
         .iter()
-        .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow })
+        .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow, soft: p.soft })
         .collect();
     let store = MemoryStore::new(named_policies(&config), memory_options(&config.store), clock);
     let h = KeyHasher::from_secret(b"bench secret, 16 bytes or more");
@@ -62,6 +62,7 @@ fn bench(c: &mut Criterion) {
         decisions: verdict.decisions.clone(),
         describe: verdict.tightest(),
         shadow_denied: Vec::new(),
+        soft_over: Vec::new(),
         not_evaluated: Vec::new(),
         degraded: None,
         store_answered: true,

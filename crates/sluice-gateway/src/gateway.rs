@@ -238,6 +238,10 @@ impl Face for Proxied<'_> {
 
     respond::server_responses!();
 
+    fn request_headers(request: &mut http::request::Parts) -> Option<&mut http::HeaderMap> {
+        Some(&mut request.headers)
+    }
+
     async fn pass_on(
         self,
         head: http::request::Parts,
@@ -261,7 +265,9 @@ impl Face for Proxied<'_> {
         }
     }
 
-    async fn unmatched(self, head: http::request::Parts) -> Result<Response<Body>, Dropped> {
+    async fn unmatched(self, mut head: http::request::Parts) -> Result<Response<Body>, Dropped> {
+        // No limit decided it: it is over no soft limit, whatever its client says.
+        sluice_http::headers::mark_soft_limited(&mut head.headers, []);
         Ok(match (&self.loaded.upstream, self.body.take()) {
             (Some(up), Some(body)) => {
                 up.forward(Request::from_parts(head, body), self.client, &self.loaded.forwarding).await

@@ -82,6 +82,7 @@ name = "bucket"
 algorithm = "token-bucket"
 capacity = 10
 refill_per_second = 2
+enforce = "soft"
 
 [[policy]]
 name = "leaky"
@@ -100,7 +101,7 @@ exact = true
 loosen = ["query"]
 limits = [
   {{ policy = "window", key = ["json:/email", "route"], cost = 1 }},
-  {{ key = "jwt:sub|user", policy_by = "jwt:plan", policies = {{ pro = "bucket" }}, default_policy = "leaky" }},
+  {{ key = "jwt:sub|user", policy_by = "jwt:plan", policies = {{ pro = "bucket" }}, default_policy = "leaky", cost_from = "response-header:x-usage" }},
 ]
 
 [store]

@@ -14,8 +14,17 @@ pub struct PolicyInfo {
     pub name: String,
     /// The validated policy (its limit and window go into the headers).
     pub policy: Policy,
-    /// Decide and count, never deny.
+    /// Decide and count, never deny, tell nobody.
     pub shadow: bool,
+    /// Decide and count, never deny; when over, tell what the request is passed on to.
+    pub soft: bool,
+}
+
+impl PolicyInfo {
+    /// Decided apart from the enforced limits, never denying: shadow or soft.
+    pub fn apart(&self) -> bool {
+        self.shadow || self.soft
+    }
 }
 
 /// The outcome of one request's checks.
@@ -30,6 +39,9 @@ pub struct Outcome {
     pub describe: Option<usize>,
     /// Indices of shadow checks that would have denied.
     pub shadow_denied: Vec<usize>,
+    /// Indices of soft checks over their limit: the request passes, and what it is passed on to
+    /// is told (`sluice-soft-limited`).
+    pub soft_over: Vec<usize>,
     /// Indices of shadow checks not decided: the enforced limits denied the request, so, as if
     /// enforced, the shadow policy would have been charged nothing (or its store failed).
     pub not_evaluated: Vec<usize>,
@@ -83,6 +95,7 @@ impl Outcome {
         self.store_answered |= later.store_answered;
         self.decisions.extend(later.decisions);
         self.shadow_denied.extend(later.shadow_denied.into_iter().map(|i| i + offset));
+        self.soft_over.extend(later.soft_over.into_iter().map(|i| i + offset));
         self.not_evaluated.extend(later.not_evaluated.into_iter().map(|i| i + offset));
         self
     }
@@ -106,7 +119,7 @@ impl Outcome {
             self.at_each = order.iter().map(|&old| self.at_each[old]).collect();
         }
         self.describe = self.describe.map(|i| new_of[i]);
-        for i in self.shadow_denied.iter_mut().chain(self.not_evaluated.iter_mut()) {
+        for i in self.shadow_denied.iter_mut().chain(self.soft_over.iter_mut()).chain(self.not_evaluated.iter_mut()) {
             *i = new_of[*i];
         }
         true
@@ -140,7 +153,7 @@ impl Enforcer {
         let policies = store
             .policies()
             .iter()
-            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false })
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false, soft: false })
             .collect();
         Self::new(store, policies)
     }
@@ -150,7 +163,7 @@ impl Enforcer {
         let policies = config
             .policies
             .iter()
-            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow })
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow, soft: p.soft })
             .collect();
         Self::new(store, policies)
     }
@@ -200,9 +213,10 @@ impl Enforcer {
         Some(checks[..i].iter().filter(|c| self.enforced(c).is_some()).count())
     }
 
-    /// The policy of `check` when it is enforced (not shadow).
+    /// The policy of `check` when it is enforced (neither shadow nor soft: the limits a
+    /// client's response describes are those that can deny it).
     fn enforced(&self, check: &Check) -> Option<&PolicyInfo> {
-        self.policies.get(check.policy).filter(|p| !p.shadow)
+        self.policies.get(check.policy).filter(|p| !p.apart())
     }
 
     /// Decides `checks` for one request at once, when nothing needs awaiting: no checks, or
@@ -216,6 +230,7 @@ impl Enforcer {
                 decisions: Vec::new(),
                 describe: None,
                 shadow_denied: Vec::new(),
+                soft_over: Vec::new(),
                 not_evaluated: Vec::new(),
                 degraded: None,
                 store_answered: false,
@@ -224,15 +239,15 @@ impl Enforcer {
             };
             return Some(Ok(none));
         }
-        if self.any_shadow(checks) {
+        if self.any_apart(checks) {
             return None;
         }
         Some(self.store.decide_at_once(checks)?.map(enforced))
     }
 
     /// True when one of `checks` is of a shadow policy.
-    fn any_shadow(&self, checks: &[Check]) -> bool {
-        checks.iter().any(|c| self.policies.get(c.policy).is_some_and(|p| p.shadow))
+    fn any_apart(&self, checks: &[Check]) -> bool {
+        checks.iter().any(|c| self.policies.get(c.policy).is_some_and(PolicyInfo::apart))
     }
 
     /// Decides `checks` for one request.
@@ -240,11 +255,11 @@ impl Enforcer {
         if let Some(decided) = self.decide_at_once(checks) {
             return decided;
         }
-        if !self.any_shadow(checks) {
+        if !self.any_apart(checks) {
             return self.store.decide_reported(checks, None).await.map(enforced);
         }
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
-            (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(|p| p.shadow));
+            (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(PolicyInfo::apart));
         let pick = |idx: &[usize]| idx.iter().map(|&i| checks[i]).collect::<Vec<_>>();
         let reported = self.store.decide_reported(&pick(&enforced), None).await?;
         let (enforced_v, degraded, store_answered) = (reported.verdict, reported.degraded, reported.answered);
@@ -255,9 +270,9 @@ impl Enforcer {
             at_each[i] = enforced_v.charged_at(j);
         }
         let describe = enforced_v.tightest().map(|j| enforced[j]);
-        let (mut shadow_denied, mut not_evaluated) = (Vec::new(), Vec::new());
-        // Shadow policies are charged only when the request is admitted, as they would be if
-        // enforced (all or nothing); a shadow store failure never fails the request.
+        let (mut shadow_denied, mut soft_over, mut not_evaluated) = (Vec::new(), Vec::new(), Vec::new());
+        // Shadow and soft policies are charged only when the request is admitted, as they would
+        // be if enforced (all or nothing); their store's failure never fails the request.
         let shadow_v = match enforced_v.allowed {
             true => self.store.decide(&pick(&shadow), None).await.ok(),
             false => None,
@@ -268,7 +283,8 @@ impl Enforcer {
                     decisions[i] = v.decisions[j];
                     at_each[i] = v.charged_at(j);
                     if !v.decisions[j].allowed {
-                        shadow_denied.push(i);
+                        let soft = self.policies.get(checks[i].policy).is_some_and(|p| p.soft);
+                        if soft { soft_over.push(i) } else { shadow_denied.push(i) }
                     }
                 }
                 None => {
@@ -282,6 +298,7 @@ impl Enforcer {
             decisions,
             describe,
             shadow_denied,
+            soft_over,
             not_evaluated,
             degraded,
             store_answered,
@@ -306,12 +323,13 @@ impl Enforcer {
         outcome: &'c Outcome,
     ) -> impl Iterator<Item = (usize, Settle)> + 'c {
         let charged_any = outcome.allowed && outcome.degraded.is_none();
-        let shadow_charged = outcome.shadow_denied.is_empty() && outcome.not_evaluated.is_empty();
+        let apart_charged =
+            outcome.shadow_denied.is_empty() && outcome.soft_over.is_empty() && outcome.not_evaluated.is_empty();
         checks
             .iter()
             .enumerate()
             .filter(move |(_, c)| {
-                charged_any && c.cost > 0 && (shadow_charged || !self.any_shadow(std::slice::from_ref(c)))
+                charged_any && c.cost > 0 && (apart_charged || !self.any_apart(std::slice::from_ref(c)))
             })
             .map(|(i, c)| (i, Settle { check: *c, charged_at: outcome.charged_at(i), actual: 0 }))
     }
@@ -335,6 +353,7 @@ fn enforced(reported: Reported) -> Outcome {
         allowed: v.allowed,
         decisions: v.decisions,
         shadow_denied: Vec::new(),
+        soft_over: Vec::new(),
         not_evaluated: Vec::new(),
         degraded: reported.degraded,
         store_answered: reported.answered,
@@ -362,7 +381,8 @@ mod tests {
             |limit| Policy::from(sluice_core::FixedWindow::new(limit, 60 * sluice_core::NANOS_PER_SEC).unwrap());
         let named = |name: &str, limit| NamedPolicy { name: name.into(), policy: window(limit) };
         let store = MemoryStore::new(vec![named("limit", 2), named("watched", 1)], MemoryOptions::default(), clock);
-        let info = |name: &str, limit, shadow| PolicyInfo { name: name.into(), policy: window(limit), shadow };
+        let info =
+            |name: &str, limit, shadow| PolicyInfo { name: name.into(), policy: window(limit), shadow, soft: false };
         Enforcer::new(Arc::new(store), vec![info("limit", 2, false), info("watched", 1, true)])
     }
 
@@ -404,6 +424,7 @@ mod tests {
             decisions: vec![decision(10), decision(20), decision(30)],
             describe: Some(2),
             shadow_denied: vec![1],
+            soft_over: Vec::new(),
             not_evaluated: vec![0],
             degraded: None,
             store_answered: true,

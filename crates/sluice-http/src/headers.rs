@@ -316,6 +316,38 @@ fn sf_name(name: &str) -> Cow<'_, StringRef> {
     Cow::Owned(sfv::String::from_string(out).unwrap_or_default())
 }
 
+/// The request header that tells what a request is passed on to (the upstream, the inner
+/// service) which soft limits the request is over: a structured-field List of their names
+/// (`"per-tenant", "monthly-tokens"`). sluice removes it from every request it passes on, and
+/// sets it only itself: a client cannot claim to be over a limit, or hide that it is.
+pub const SOFT_LIMITED: HeaderName = HeaderName::from_static("sluice-soft-limited");
+
+/// Sets [`SOFT_LIMITED`] in `headers` to `names` (none: removes it, whatever the client sent).
+///
+/// ```
+/// use http::HeaderMap;
+/// use sluice_http::headers::{SOFT_LIMITED, mark_soft_limited};
+/// let mut h = HeaderMap::new();
+/// h.insert(SOFT_LIMITED, "\"forged\"".parse().unwrap());
+/// mark_soft_limited(&mut h, ["per-tenant", "monthly"]);
+/// assert_eq!(h[SOFT_LIMITED], "\"per-tenant\", \"monthly\"");
+/// mark_soft_limited(&mut h, []);
+/// assert!(h.get(SOFT_LIMITED).is_none());
+/// ```
+pub fn mark_soft_limited<'a>(headers: &mut HeaderMap, names: impl IntoIterator<Item = &'a str>) {
+    headers.remove(SOFT_LIMITED);
+    let mut s = String::new();
+    let mut list = ListSerializer::with_buffer(&mut s);
+    let mut any = false;
+    for name in names {
+        _ = list.bare_item(&*sf_name(name));
+        any = true;
+    }
+    if let Some(value) = list.finish().filter(|_| any).and_then(|s| HeaderValue::try_from(std::mem::take(s)).ok()) {
+        headers.insert(SOFT_LIMITED, value);
+    }
+}
+
 /// Numbers below this are written from [`number`]'s table.
 const NUMBERS_KEPT: u64 = 1024;
 

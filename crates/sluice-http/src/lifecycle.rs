@@ -214,6 +214,14 @@ pub trait Face: Sized {
         None
     }
 
+    /// The headers of a request about to be passed on, where what the limits found is told to
+    /// what it is passed on to (the soft limits it is over: [`crate::headers::SOFT_LIMITED`]);
+    /// `None` for a face that passes no request on (the default).
+    fn request_headers(request: &mut Self::Request) -> Option<&mut HeaderMap> {
+        let _ = request;
+        None
+    }
+
     /// Passes an admitted `request`, decided under `at`, on (after its shaping delay): proxy it, call the inner
     /// service, answer the proxy that asked. The lifecycle adds the rate-limit headers.
     fn pass_on(
@@ -337,8 +345,12 @@ macro_rules! act {
         if <$face_type as Face>::HOLDS_DELAY && !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
+        let mut request = $request;
+        if let Some(headers) = <$face_type as Face>::request_headers(&mut request) {
+            ruling.mark_soft_limited(headers);
+        }
         // Only the response is held across the settlement: a face's error need not be `Send`.
-        let mut response = match $face.pass_on($request, at, ruling).await {
+        let mut response = match $face.pass_on(request, at, ruling).await {
             Ok(response) => response,
             Err(e) => return lifecycle.passed::<$face_type>(at, ruling, Err(e)),
         };

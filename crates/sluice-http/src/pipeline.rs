@@ -442,6 +442,15 @@ impl Ruling<'_> {
         self.limiter.policies()
     }
 
+    /// Tells a request about to be passed on which soft limits it is over
+    /// ([`crate::headers::mark_soft_limited`]), removing whatever its client sent instead.
+    pub fn mark_soft_limited(&self, headers: &mut HeaderMap) {
+        let over = self.outcome.as_ref().map_or(&[][..], |o| &o.soft_over[..]);
+        let policies = self.policies();
+        let names = over.iter().filter_map(|&i| policies.get(self.checks.get(i)?.policy)).map(|p| p.name.as_str());
+        crate::headers::mark_soft_limited(headers, names);
+    }
+
     /// True when every enforced limit admitted.
     pub fn allowed(&self) -> bool {
         self.outcome.as_ref().is_ok_and(|o| o.allowed)

@@ -83,7 +83,7 @@ impl Snapshot {
         let mut by_policy = HashMap::new();
         let mut intern = |policy: Policy, shadow: bool| {
             *by_policy.entry((policy, shadow)).or_insert_with(|| {
-                policies.push(PolicyConfig { name: policy_name(&policy, shadow), policy, shadow });
+                policies.push(PolicyConfig { name: policy_name(&policy, shadow), policy, shadow, soft: false });
                 policies.len() - 1
             })
         };

@@ -13,12 +13,15 @@
 //! contender has its own store or limiter. After criterion's groups, a short timed run prints the
 //! decisions per second of each and the ratio.
 
+mod common;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::median;
 use criterion::{Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sluice_core::{Policy, SystemClock, TokenBucket};
@@ -161,12 +164,6 @@ fn rate(c: &Arc<Contenders>, f: Contender, threads: u64, secs: f64) -> f64 {
     }
 }
 
-/// The median of a few values.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Contenders measured in alternation, several short rounds each, so that load from other
 /// processes weighs on all of them alike; prints the median rate and the median of the per-round
 /// ratios to governor.
@@ -198,11 +195,5 @@ fn summary() {
 }
 
 fn main() {
-    let mut criterion = Criterion::default().configure_from_args();
-    criterion_groups(&mut criterion);
-    criterion.final_summary();
-    // Only under `cargo bench`: a test run (`cargo test --benches`) just checks that each runs.
-    if std::env::args().any(|a| a == "--bench") {
-        summary();
-    }
+    common::run(criterion_groups, summary);
 }

@@ -94,7 +94,24 @@ pub(super) fn policy(
             LeakyBucket::new(r, c, mode).map_err(|e| param(field_of(&e), e))?.into()
         }
     };
-    Ok(PolicyConfig { name: p.name, policy, shadow: p.shadow })
+    let (shadow, soft) = match (p.enforce.as_deref(), p.shadow) {
+        (None, shadow) => (shadow, false),
+        (Some("shadow"), _) => (true, false),
+        (Some("hard"), false) => (false, false),
+        (Some("soft"), false) => (false, true),
+        (Some("hard" | "soft"), true) => {
+            return Err(err("shadow", "`shadow = true` is `enforce = \"shadow\"`: give one of them".into()));
+        }
+        (Some(other), _) => {
+            return Err(err(
+                "enforce",
+                format!(
+                    "`{other}` is not one of `hard` (deny), `soft` (pass and tell the upstream), `shadow` (pass, tell nobody)"
+                ),
+            ));
+        }
+    };
+    Ok(PolicyConfig { name: p.name, policy, shadow, soft })
 }
 
 fn field_of(e: &sluice_core::ParamError) -> &'static str {

@@ -52,7 +52,7 @@ pub fn config_json(c: &Config) -> Value {
             "url": SecretUrl::new(u.url.clone()).redacted(),
             "timeout_ms": u.timeout / NANOS_PER_MILLI,
         })),
-        "policies": c.policies.iter().map(|p| policy_json(&p.name, &p.policy, p.shadow)).collect::<Vec<_>>(),
+        "policies": c.policies.iter().map(|p| policy_json(&p.name, &p.policy, p.shadow, p.soft)).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({
             "name": r.name,
             "path": r.path.to_string(),
@@ -65,6 +65,9 @@ pub fn config_json(c: &Config) -> Value {
                     "key": l.key.to_string(),
                     "cost": l.cost,
                 });
+                if let Some(from) = &l.cost_from {
+                    v["cost_from"] = json!(from.to_string());
+                }
                 if let Some(plan) = &l.plan {
                     // One limit per plan (and one for the rest): which requests this one gets.
                     v["policy_by"] = json!(plan.by.to_string());
@@ -125,11 +128,17 @@ fn jwt_json(j: &Jwt) -> Value {
 }
 
 /// A policy as `/config` shows it: its algorithm and parameters (durations in milliseconds,
-/// rates per second), with its `name` and `shadow` flag.
-pub fn policy_json(name: &str, p: &Policy, shadow: bool) -> Value {
+/// rates per second), with its `name`, what it does to a request over it (`enforce`: `hard`,
+/// `soft` or `shadow`) and the `shadow` flag.
+pub fn policy_json(name: &str, p: &Policy, shadow: bool, soft: bool) -> Value {
     let mut v = policy_params(p);
     v["name"] = json!(name);
     v["shadow"] = json!(shadow);
+    v["enforce"] = json!(match (shadow, soft) {
+        (true, _) => "shadow",
+        (false, true) => "soft",
+        (false, false) => "hard",
+    });
     v
 }
 

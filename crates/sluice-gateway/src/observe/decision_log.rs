@@ -171,7 +171,7 @@ pub struct DecisionLine<'a> {
     pub key_type: &'static str,
     /// The keyed hash of the key.
     pub key: KeyHash,
-    /// `allowed`, `denied`, `shadow_denied` or `error`.
+    /// `allowed`, `denied`, `shadow_denied`, `soft_over` or `error`.
     pub decision: &'static str,
     /// The limit's size.
     pub limit: u64,

@@ -75,7 +75,8 @@ pub(crate) struct SnapshotLabels {
 
 /// Outcomes of `sluice_decisions_total`, in the order of the per-limit counter arrays.
 /// `allowed_degraded`: admitted by `fail-open` without a decision (the store could not decide).
-pub(crate) const DECISION_OUTCOMES: [&str; 5] = ["allowed", "denied", "shadow_denied", "error", "allowed_degraded"];
+pub(crate) const DECISION_OUTCOMES: [&str; 6] =
+    ["allowed", "denied", "shadow_denied", "error", "allowed_degraded", "soft_over"];
 /// Outcomes of `sluice_requests_total` for a matched route, in the order of its counter array.
 pub(crate) const REQUEST_OUTCOMES: [&str; 4] = ["allowed", "denied", "error", "allowed_degraded"];
 /// Why a request body was cut (`sluice_request_body_errors_total{reason}`), in the order of
@@ -158,7 +159,8 @@ impl Metrics {
             "sluice_decisions",
             "Decisions per limit applied to a request: allowed, denied, shadow_denied (a shadow policy \
              would have denied), error (the store could not decide), allowed_degraded (admitted by \
-             fail-open: the store could not decide).",
+             fail-open: the store could not decide), soft_over (a soft policy is over its limit: \
+             passed on, marked).",
             m.decisions.clone(),
         );
         register(

@@ -33,6 +33,7 @@ const DENIED: usize = 1;
 const SHADOW_DENIED: usize = 2;
 const ERROR: usize = 3;
 const ALLOWED_DEGRADED: usize = 4;
+const SOFT_OVER: usize = 5;
 // Positions in a route's request counters ([`REQUEST_OUTCOMES`]).
 const REQUEST_ALLOWED: usize = 0;
 const REQUEST_DENIED: usize = 1;
@@ -44,7 +45,7 @@ const REQUEST_ALLOWED_DEGRADED: usize = 3;
 struct RouteHandles {
     /// Per limit (a route's limits in order, or a store's policies): one counter per outcome of
     /// [`DECISION_OUTCOMES`].
-    limits: Vec<[Counter; 5]>,
+    limits: Vec<[Counter; 6]>,
     /// Per request: one counter per outcome of [`REQUEST_OUTCOMES`].
     requests: [Counter; 4],
 }
@@ -99,10 +100,12 @@ pub struct LimitCounts {
     pub error: u64,
     /// Admissions by `fail-open`, without a decision.
     pub allowed_degraded: u64,
+    /// Soft decisions over the limit: passed on, marked.
+    pub soft_over: u64,
 }
 
 impl LimitCounts {
-    fn of(route: &str, policy: &PolicyInfo, c: &[Counter; 5]) -> Self {
+    fn of(route: &str, policy: &PolicyInfo, c: &[Counter; 6]) -> Self {
         Self {
             route: route.to_owned(),
             policy: policy.name.clone(),
@@ -112,11 +115,12 @@ impl LimitCounts {
             shadow_denied: c[SHADOW_DENIED].get(),
             error: c[ERROR].get(),
             allowed_degraded: c[ALLOWED_DEGRADED].get(),
+            soft_over: c[SOFT_OVER].get(),
         }
     }
 
     fn any(&self) -> bool {
-        self.allowed + self.denied + self.shadow_denied + self.error + self.allowed_degraded > 0
+        self.allowed + self.denied + self.shadow_denied + self.error + self.allowed_degraded + self.soft_over > 0
     }
 }
 
@@ -264,12 +268,13 @@ impl Recorder {
             if outcome.not_evaluated.contains(&i) {
                 continue;
             }
-            let shadow = policies.get(check.policy).is_some_and(|p| p.shadow);
-            let which = match (d.allowed, shadow) {
+            let apart = policies.get(check.policy).map(|p| (p.shadow, p.soft));
+            let which = match (d.allowed, apart) {
                 (true, _) if unchecked => ALLOWED_DEGRADED,
                 (true, _) => ALLOWED,
-                (false, false) => DENIED,
-                (false, true) => SHADOW_DENIED,
+                (false, Some((true, _))) => SHADOW_DENIED,
+                (false, Some((_, true))) => SOFT_OVER,
+                (false, _) => DENIED,
             };
             if let Some(c) = h.limits.get(Self::slot(slots, check, positions, i)) {
                 c[which].inc();
@@ -340,8 +345,8 @@ impl Recorder {
     }
 
     /// Which check of a decided request gets a log line, if any: the limit that denied (under
-    /// the denial cap), else a shadow limit that would have denied (under the cap), else, for a
-    /// failure mode's verdict, the limit closest to denying (under the cap), else that limit,
+    /// the denial cap), else a shadow limit that would have denied, else a soft limit over
+    /// (both under the cap), else, for a failure mode's verdict, the limit closest to denying (under the cap), else that limit,
     /// sampled. The sampling draw and the cap are taken here.
     fn pick(&self, outcome: &Outcome) -> Option<(usize, &'static str)> {
         if !outcome.allowed {
@@ -350,6 +355,9 @@ impl Recorder {
         }
         if let Some(&i) = outcome.shadow_denied.first() {
             return self.log.admit_denial().then_some((i, "shadow_denied"));
+        }
+        if let Some(&i) = outcome.soft_over.first() {
+            return self.log.admit_denial().then_some((i, "soft_over"));
         }
         if outcome.decisions.is_empty() {
             return None;
@@ -512,8 +520,8 @@ impl Observed {
     }
 
     /// Which check of a decided request gets a log line, if any: the limit that denied (under
-    /// the denial cap), else a shadow limit that would have denied (under the cap), else, for a
-    /// failure mode's verdict, the limit closest to denying (under the cap), else that limit,
+    /// the denial cap), else a shadow limit that would have denied, else a soft limit over
+    /// (both under the cap), else, for a failure mode's verdict, the limit closest to denying (under the cap), else that limit,
     /// sampled. The sampling draw and the cap are taken here.
     pub fn pick(&self, outcome: &Outcome) -> Option<(usize, &'static str)> {
         self.recorder.pick(outcome)
@@ -524,7 +532,7 @@ impl Observed {
     pub fn counts(&self, config: &Config) -> Vec<LimitCounts> {
         let info = |p: usize| {
             let c = &config.policies[p];
-            PolicyInfo { name: c.name.clone(), policy: c.policy, shadow: c.shadow }
+            PolicyInfo { name: c.name.clone(), policy: c.policy, shadow: c.shadow, soft: c.soft }
         };
         let mut out = Vec::new();
         for (route, h) in config.routes.iter().zip(&self.routes) {
@@ -592,7 +600,7 @@ impl FaceObserver {
         let policies = store
             .policies()
             .iter()
-            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false })
+            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false, soft: false })
             .collect();
         Self { recorder: Recorder::new(observer, store.kind(), log), policies, routes: RwLock::default(), unmatched }
     }

@@ -413,7 +413,8 @@ impl Inspect for SeedService {
 
     /// The seed service as a gateway configuration would describe it: one route, one policy.
     fn config_json(&self) -> Value {
-        let policies: Vec<Value> = self.policies().iter().map(|p| policy_json(&p.name, &p.policy, false)).collect();
+        let policies: Vec<Value> =
+            self.policies().iter().map(|p| policy_json(&p.name, &p.policy, false, false)).collect();
         json!({
             "service": "seed",
             "policies": policies,

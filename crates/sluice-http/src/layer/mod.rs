@@ -610,6 +610,10 @@ where
         response.status().as_u16()
     }
 
+    fn request_headers(request: &mut http::request::Parts) -> Option<&mut http::HeaderMap> {
+        Some(&mut request.headers)
+    }
+
     fn headers_mut(response: &mut Response<R>) -> Option<&mut http::HeaderMap> {
         Some(response.headers_mut())
     }

@@ -14,6 +14,7 @@ use std::thread::Thread;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sluice_config::{Config, KeySource, Route};
 use sluice_core::{ManualClock, Nanos};
+use sluice_http::enforce::PolicyInfo;
 use sluice_http::lifecycle::{Asked, Counted, Face, Lifecycle, Unobserved};
 use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::Answer;
@@ -73,7 +74,9 @@ pub fn route_infos(config: &Config) -> Vec<RouteInfo> {
                             policy_name: p.name.clone(),
                             algorithm: p.policy.name().to_string(),
                             key: l.key.to_string(),
-                            shadow: p.shadow,
+                            // A soft limit never denies either: its over-limit requests are
+                            // reported as a shadow limit's ("would have denied").
+                            shadow: p.shadow || p.soft,
                         }
                     })
                     .collect(),
@@ -198,7 +201,7 @@ impl<'j> Judged<'j, '_> {
             Ok(outcome) => {
                 let policies = ruling.policies();
                 for (i, (check, d)) in ruling.checks.iter().zip(&outcome.decisions).enumerate() {
-                    let shadow = policies.get(check.policy).is_some_and(|p| p.shadow);
+                    let shadow = policies.get(check.policy).is_some_and(PolicyInfo::apart);
                     let verdict = match (outcome.not_evaluated.contains(&i), d.allowed, shadow) {
                         (true, _, _) => LimitVerdict::NotEvaluated,
                         (false, true, _) => LimitVerdict::Allowed,
