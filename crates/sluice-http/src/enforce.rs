@@ -341,7 +341,10 @@ impl Enforcer {
         if charges.is_empty() {
             return Ok(());
         }
-        self.store.settle(&charges, None).await
+        match self.store.settle_at_once(&charges) {
+            Some(done) => done,
+            None => self.store.settle(&charges, None).await,
+        }
     }
 }
 

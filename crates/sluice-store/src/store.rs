@@ -338,6 +338,14 @@ pub trait Store: Send + Sync {
         let kind = self.kind();
         Box::pin(std::future::ready(Err(StoreError::Unsupported { store: kind, what: "settle charges" })))
     }
+
+    /// [`Store::settle`] at the store's own time, done at once when the store needs nothing
+    /// awaited (an in-process store), without the boxed future; `None` when it must be awaited.
+    /// The default is `None`.
+    fn settle_at_once(&self, settles: &[Settle]) -> Option<Result<(), StoreError>> {
+        let _ = settles;
+        None
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -383,5 +391,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {
         (**self).settle(settles, at)
+    }
+
+    fn settle_at_once(&self, settles: &[Settle]) -> Option<Result<(), StoreError>> {
+        (**self).settle_at_once(settles)
     }
 }

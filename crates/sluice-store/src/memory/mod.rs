@@ -324,6 +324,10 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(settled))
     }
 
+    fn settle_at_once(&self, settles: &[Settle]) -> Option<Result<(), StoreError>> {
+        Some(request::settle(&self.policies, &self.tables, settles, || self.clock.now()))
+    }
+
     fn key_stats(&self) -> Vec<KeyStats> {
         self.stats()
             .into_iter()
