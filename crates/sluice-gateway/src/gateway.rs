@@ -26,6 +26,7 @@ use crate::error::GatewayError;
 use crate::forward_auth;
 use crate::observe::{Observed, Observer};
 use crate::proxy::{Forwarding, Upstream};
+use crate::reservations::Reservations;
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
 use crate::stores::StoreBuilder;
@@ -46,6 +47,8 @@ pub struct InForce {
     body_watch: BodyWatch,
     /// Whether `POST /v1/check` is served (by default only when there is no upstream).
     decision_api: bool,
+    /// The decision API's open reservations, under this configuration's policies.
+    reservations: Reservations,
     /// Metric handles and decision log policy resolved for this configuration.
     pub observed: Observed,
 }
@@ -87,7 +90,8 @@ impl InForce {
         let body_reads = Arc::new(ClientSlots::new());
         let body_watch = BodyWatch::new(Duration::from_nanos(s.body_idle_timeout), Arc::clone(observed.body_errors()));
         forward_auth::warn_undecidable(&config);
-        Ok(Self { limiter, upstream, forwarding, body_reads, body_watch, decision_api, config, observed })
+        let reservations = Reservations::new(decision_api::MAX_RESERVATIONS, decision_api::RESERVATION_TTL);
+        Ok(Self { limiter, upstream, forwarding, body_reads, body_watch, decision_api, reservations, config, observed })
     }
 
     /// The store in use.
@@ -193,14 +197,15 @@ impl Gateway {
         client: Client,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Dropped> {
-        if loaded.decision_api && req.uri().path() == decision_api::PATH {
+        if loaded.decision_api && decision_api::PATHS.contains(&req.uri().path()) {
             if req.method() != Method::POST {
                 let mut res = respond::error(405, "method_not_allowed", "Use POST.");
                 res.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("POST"));
                 return Ok(res);
             }
             let access = &loaded.config.decision_api;
-            return Ok(decision_api::handle(&loaded.limiter, &loaded.observed, access, peer.ip(), req).await);
+            let (limiter, observed, reservations) = (&loaded.limiter, &loaded.observed, &loaded.reservations);
+            return Ok(decision_api::handle(limiter, observed, access, reservations, peer.ip(), req).await);
         }
         if let Some(fa) = &loaded.config.forward_auth
             && req.uri().path() == fa.path

@@ -44,6 +44,7 @@ pub mod forward_auth;
 pub mod gateway;
 pub mod observe;
 pub mod proxy;
+pub mod reservations;
 pub mod respond;
 pub mod seed;
 pub mod serve;

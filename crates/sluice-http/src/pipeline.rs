@@ -379,13 +379,17 @@ impl Limiter {
     /// admitted requests said they cost. A failure leaves the reservations as they were (at
     /// their estimate) and is logged.
     pub async fn settle(&self, settles: &[sluice_store::Settle]) {
+        if let Err(e) = self.try_settle(settles).await {
+            tracing::warn!(target: "sluice::store", error = %e, "a response's cost could not be settled");
+        }
+    }
+
+    /// [`Limiter::settle`], with the store's error for a caller that answers it.
+    pub async fn try_settle(&self, settles: &[sluice_store::Settle]) -> Result<(), sluice_store::StoreError> {
         let store = self.enforcer.store();
-        let settled = match store.settle_at_once(settles) {
+        match store.settle_at_once(settles) {
             Some(done) => done,
             None => store.settle(settles, None).await,
-        };
-        if let Err(e) = settled {
-            tracing::warn!(target: "sluice::store", error = %e, "a response's cost could not be settled");
         }
     }
 

@@ -62,6 +62,12 @@ pub(crate) struct BodyErrorLabels {
     pub reason: &'static str,
 }
 
+/// `sluice_reservations_refused_total`: settlements and refunds refused, by why.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReservationLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReloadLabels {
     pub result: &'static str,
@@ -115,6 +121,8 @@ pub struct Metrics {
     pub(crate) refused: Family<RefusedLabels, Counter>,
     /// `sluice_config_reloads_total`, applied or refused.
     reloads: Family<ReloadLabels, Counter>,
+    /// `sluice_reservations_refused_total`: the decision API's settlements and refunds refused.
+    reservations_refused: Family<ReservationLabels, Counter>,
     /// `sluice_decision_log_dropped_total`: lines the denial cap refused.
     pub(crate) log_dropped: Counter,
     /// `sluice_snapshot_writes_total` and `sluice_snapshot_last_success_timestamp_seconds`:
@@ -148,6 +156,7 @@ impl Metrics {
             body_errors: Family::default(),
             refused: Family::default(),
             reloads: Family::default(),
+            reservations_refused: Family::default(),
             log_dropped: Counter::default(),
             snapshot_writes: SnapshotWrites::default(),
             errors_seen: Counter::default(),
@@ -216,6 +225,14 @@ impl Metrics {
         );
         register(
             &mut registry,
+            "sluice_reservations_refused",
+            "Settlements and refunds the decision API refused: unknown (no open reservation of that id \
+             for that caller: never made, someone else's, used, expired), too_large (a refund above \
+             the charge).",
+            m.reservations_refused.clone(),
+        );
+        register(
+            &mut registry,
             "sluice_request_body_errors",
             "Request bodies cut by the client's fault, by reason: malformed (broken framing: 400), \
              incomplete (the client closed its connection inside it) or stalled (no byte for \
@@ -259,6 +276,11 @@ impl Metrics {
     /// The counters of request bodies cut, one per reason (created at zero).
     pub(crate) fn body_errors(&self) -> BodyErrors {
         BodyErrors(BODY_ERROR_REASONS.map(|reason| self.body_errors.get_or_create_owned(&BodyErrorLabels { reason })))
+    }
+
+    /// Counts a settlement or refund of the decision API refused for `reason`.
+    pub fn reservation_refused(&self, reason: &'static str) {
+        self.reservations_refused.get_or_create(&ReservationLabels { reason }).inc();
     }
 
     /// Counts a request the store could not decide.
