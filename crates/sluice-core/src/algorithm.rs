@@ -34,6 +34,12 @@ pub trait Algorithm {
     /// record of what was refunded.
     fn refund(&self, state: &mut Self::State, charged_at: Nanos, cost: u64, now: Nanos);
 
+    /// False when [`Algorithm::refund`] never reads its `now` (a store then need not read its
+    /// clock to give a charge back). True by default.
+    fn refund_reads_now(&self) -> bool {
+        true
+    }
+
     /// Charges `cost` at `now` without deciding: what a request used beyond what it reserved.
     /// The state may pass the limit — a debt — and then denies until time pays it back; each
     /// algorithm says how much debt it can hold.

@@ -116,6 +116,10 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    fn refund_reads_now(&self) -> bool {
+        false
+    }
+
     /// Counted in the window of `now`, past the limit if need be, up to a debt of one limit
     /// (twice the limit counted): the debt lasts until the window ends.
     fn overrun(&self, state: &mut FixedWindowState, now: Nanos, cost: u64) {

@@ -133,16 +133,22 @@ macro_rules! gcra_algorithm {
                 state.tat <= now
             }
 
-            /// The theoretical arrival time moves back by the cost, never before `now`: the
-            /// tokens come back, up to the capacity. Exact when no request was charged after
-            /// this one; otherwise it may give back the time the bucket would have refilled
-            /// between this charge and the next: the bound still holds — in any interval of
-            /// length L, what checks admit minus what is refunded is at most
-            /// `capacity + L / interval` (tested in `tests/settle.rs`).
-            fn refund(&self, state: &mut GcraState, _charged_at: Nanos, cost: u64, now: Nanos) {
-                if state.tat > now {
-                    state.tat = state.tat.saturating_sub(cost.saturating_mul(self.meter.interval)).max(now);
+            /// The theoretical arrival time moves back by the cost, never before the charge
+            /// (nor, then, before now: every time at or before now decides alike, a full
+            /// bucket): the tokens come back, up to the capacity. `now` is not read. Exact when
+            /// no request was charged after this one; otherwise it may give back the time the
+            /// bucket would have refilled between this charge and the next: the bound still
+            /// holds — in any interval of length L, what checks admit minus what is refunded is
+            /// at most `capacity + L / interval` (tested in `tests/settle.rs`).
+            fn refund(&self, state: &mut GcraState, charged_at: Nanos, cost: u64, _now: Nanos) {
+                if state.tat > charged_at {
+                    let back = state.tat.saturating_sub(cost.saturating_mul(self.meter.interval));
+                    state.tat = back.max(charged_at);
                 }
+            }
+
+            fn refund_reads_now(&self) -> bool {
+                false
             }
 
             /// The theoretical arrival time moves on by the cost, past `now + capacity ×

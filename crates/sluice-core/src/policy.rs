@@ -212,6 +212,17 @@ impl Policy {
         dispatch!(self, state, p, s => p.refund(s, charged_at, cost, now))
     }
 
+    /// [`Algorithm::refund_reads_now`] for whichever algorithm this is.
+    pub fn refund_reads_now(&self) -> bool {
+        match self {
+            Policy::FixedWindow(p) => p.refund_reads_now(),
+            Policy::SlidingLog(p) => p.refund_reads_now(),
+            Policy::SlidingWindow(p) => p.refund_reads_now(),
+            Policy::TokenBucket(p) => p.refund_reads_now(),
+            Policy::LeakyBucket(p) => p.refund_reads_now(),
+        }
+    }
+
     /// [`Algorithm::overrun`] for whichever algorithm this is.
     ///
     /// # Panics

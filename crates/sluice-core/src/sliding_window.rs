@@ -187,6 +187,10 @@ impl Algorithm for SlidingWindow {
         }
     }
 
+    fn refund_reads_now(&self) -> bool {
+        false
+    }
+
     /// Counted in the window of `now`, past the limit if need be, up to a debt of one limit
     /// (twice the limit in the window's count): the debt weighs on this window and, fading, on
     /// the next.

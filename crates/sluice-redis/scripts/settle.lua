@@ -71,12 +71,13 @@ local function sliding_window(key, limit, w, charged, back, over)
   save(key, 3, { start, prev, curr }, w)
 end
 
--- GCRA {tat}: moved back by the units, never before now; or on, up to now + 2 * capacity * t.
-local function gcra(key, capacity, t, back, over)
+-- GCRA {tat}: moved back by the units, never before the charge; or on, up to
+-- now + 2 * capacity * t.
+local function gcra(key, capacity, t, charged, back, over)
   local tat = load(key, 1)[1]
   if back > 0 then
-    if tat > now then
-      tat = max(tat - back * t, now)
+    if tat > charged then
+      tat = max(tat - back * t, charged)
     end
   else
     tat = max(tat, min(max(tat, now) + over * t, now + 2 * capacity * t))
@@ -136,7 +137,7 @@ for i = 1, #KEYS do
     elseif algo == 3 then
       sliding_window(key, a, b, charged, back, over)
     elseif algo == 4 then
-      gcra(key, a, b, back, over)
+      gcra(key, a, b, charged, back, over)
     else
       return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[base]))
     end

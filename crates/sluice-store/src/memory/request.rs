@@ -173,10 +173,14 @@ pub(crate) fn settle(
     now: impl Fn() -> Nanos,
 ) -> Result<(), StoreError> {
     validate_settles(policies, settles)?;
-    for s in settles {
+    for s in settles.iter().filter(|s| s.actual != s.check.cost) {
         let table = &tables[s.check.policy];
         let mut shard = table.lock(table.shard_of(&s.check.key));
-        if !shard.settle(&s.check.key, s.charged_at, s.check.cost, s.actual, now()) {
+        // A refund that reads no clock (every algorithm but the sliding log) is given the
+        // charge's own time: no clock read for it.
+        let reads_now = s.actual > s.check.cost || policies[s.check.policy].policy.refund_reads_now();
+        let now = if reads_now { now() } else { s.charged_at };
+        if !shard.settle(&s.check.key, s.charged_at, s.check.cost, s.actual, now) {
             return Err(full(table));
         }
     }
