@@ -202,7 +202,12 @@ impl Forwarding {
     /// in `read` (or of an identity header) is dropped whatever `underscores` says.
     pub fn with_underscores<'a>(self, underscores: UnderscoreHeaders, read: impl Iterator<Item = &'a str>) -> Self {
         let mut read: Vec<String> = read.map(str::to_ascii_lowercase).collect();
-        read.extend([X_FORWARDED_FOR.as_str(), FORWARDED.as_str(), X_REAL_IP.as_str()].map(String::from));
+        // And the header sluice writes for the upstream: `sluice_soft_limited` is the soft-limit
+        // mark to a WSGI or Rails application, which reads `_` and `-` alike.
+        let soft = sluice_http::headers::SOFT_LIMITED;
+        read.extend(
+            [X_FORWARDED_FOR.as_str(), FORWARDED.as_str(), X_REAL_IP.as_str(), soft.as_str()].map(String::from),
+        );
         read.extend(self.identity.iter().map(|h| h.as_str().to_owned()));
         read.sort();
         read.dedup();
