@@ -167,4 +167,20 @@ mod tests {
         r.hold(me, charge()).unwrap();
         assert!(r.hold(me, charge()).is_none(), "full of open reservations");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(sluice_core::fuzz_cases(3000)))]
+
+        /// An id is read only in the one form sluice writes (32 lower-case hex digits): upper
+        /// case, signs, `0x`, spaces, other lengths and any other text are no id, never a panic.
+        #[test]
+        fn an_id_is_read_only_as_written(id: u128, other in ".{0,40}") {
+            proptest::prop_assert_eq!(parse_id(&format!("{id:032x}")), Some(id));
+            let written = other.len() == 32 && other.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            proptest::prop_assert_eq!(parse_id(&other).is_some(), written);
+            let upper = format!("{id:032X}");
+            proptest::prop_assert_eq!(parse_id(&upper).is_some(), !upper.bytes().any(|b| b.is_ascii_alphabetic()));
+            proptest::prop_assert_eq!(parse_id(&format!("+{id:031x}")), None);
+        }
+    }
 }

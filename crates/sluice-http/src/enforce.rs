@@ -247,7 +247,12 @@ impl Enforcer {
 
     /// True when one of `checks` is of a shadow policy.
     fn any_apart(&self, checks: &[Check]) -> bool {
-        checks.iter().any(|c| self.policies.get(c.policy).is_some_and(PolicyInfo::apart))
+        checks.iter().any(|c| self.is_apart(c))
+    }
+
+    /// True when `check` is of a shadow or soft policy.
+    fn is_apart(&self, check: &Check) -> bool {
+        self.policies.get(check.policy).is_some_and(PolicyInfo::apart)
     }
 
     /// Decides `checks` for one request.
@@ -258,8 +263,7 @@ impl Enforcer {
         if !self.any_apart(checks) {
             return self.store.decide_reported(checks, None).await.map(enforced);
         }
-        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
-            (0..checks.len()).partition(|&i| self.policies.get(checks[i].policy).is_some_and(PolicyInfo::apart));
+        let (shadow, enforced): (Vec<usize>, Vec<usize>) = (0..checks.len()).partition(|&i| self.is_apart(&checks[i]));
         let pick = |idx: &[usize]| idx.iter().map(|&i| checks[i]).collect::<Vec<_>>();
         let reported = self.store.decide_reported(&pick(&enforced), None).await?;
         let (enforced_v, degraded, store_answered) = (reported.verdict, reported.degraded, reported.answered);
@@ -328,9 +332,7 @@ impl Enforcer {
         checks
             .iter()
             .enumerate()
-            .filter(move |(_, c)| {
-                charged_any && c.cost > 0 && (apart_charged || !self.any_apart(std::slice::from_ref(c)))
-            })
+            .filter(move |(_, c)| charged_any && c.cost > 0 && (apart_charged || !self.is_apart(c)))
             .map(|(i, c)| (i, Settle { check: *c, charged_at: outcome.charged_at(i), actual: 0 }))
     }
 

@@ -630,4 +630,33 @@ mod tests {
         d.retry_after = NANOS_PER_SEC + 1;
         assert_eq!(retry_after_secs(&d), 2);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(sluice_core::fuzz_cases(2000)))]
+
+        /// Whatever the limits are named (any Unicode, quotes, backslashes, control characters),
+        /// the soft-limit mark is one RFC 9651 List with one string per name, in order, and no
+        /// field at all when there is none; a mark sent by the client never survives.
+        #[test]
+        fn the_soft_limit_mark_is_always_one_list_a_reader_can_parse(names in proptest::collection::vec(".{0,12}", 0..5)) {
+            let mut h = HeaderMap::new();
+            h.append(SOFT_LIMITED, HeaderValue::from_static("forged"));
+            mark_soft_limited(&mut h, names.iter().map(String::as_str));
+            if names.is_empty() {
+                proptest::prop_assert!(h.get(SOFT_LIMITED).is_none());
+            } else {
+                let read = parsed(&h, SOFT_LIMITED.as_str());
+                proptest::prop_assert_eq!(read.len(), names.len());
+                for ((got, params), name) in read.iter().zip(&names) {
+                    proptest::prop_assert!(params.is_empty());
+                    // Printable ASCII is kept as it is; anything else is percent-encoded.
+                    if name.chars().all(|c| (' '..='~').contains(&c)) {
+                        proptest::prop_assert_eq!(got, name);
+                    } else {
+                        proptest::prop_assert!(got.chars().all(|c| (' '..='~').contains(&c)), "{got:?}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -610,3 +610,44 @@ impl<'a> Lifecycle<'a> {
         face.answer(self.refused(at, why))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderMap, HeaderValue};
+    use proptest::prelude::*;
+
+    use super::response_cost;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(3000)))]
+
+        /// An upstream's usage header is read as a cost only when it is one field line of ASCII
+        /// digits that fits in 64 bits; signs, spaces, decimals, hex, empty or repeated lines
+        /// and anything else are no cost (the reservation stands), and nothing panics.
+        #[test]
+        fn a_response_cost_is_one_line_of_digits_or_none(
+            lines in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..3),
+            digits in "[0-9]{1,25}",
+        ) {
+            let mut h = HeaderMap::new();
+            for line in lines.iter().filter_map(|l| HeaderValue::from_bytes(l).ok()) {
+                h.append("x-usage", line);
+            }
+            let sent: Vec<&[u8]> = h.get_all("x-usage").iter().map(HeaderValue::as_bytes).collect();
+            let expected = match sent.as_slice() {
+                [one] if !one.is_empty() && one.iter().all(u8::is_ascii_digit) => {
+                    std::str::from_utf8(one).unwrap().parse::<u64>().ok()
+                }
+                _ => None,
+            };
+            prop_assert_eq!(response_cost(&h, "x-usage"), expected);
+
+            let mut h = HeaderMap::new();
+            h.insert("x-usage", HeaderValue::from_str(&digits).unwrap());
+            let fits = digits.parse::<u128>().unwrap() <= u128::from(u64::MAX);
+            prop_assert_eq!(response_cost(&h, "x-usage").is_some(), fits);
+            h.append("x-usage", HeaderValue::from_static("1"));
+            prop_assert_eq!(response_cost(&h, "x-usage"), None);
+        }
+    }
+}

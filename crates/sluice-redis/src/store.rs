@@ -305,14 +305,7 @@ impl RedisStore {
 
     fn validate(&self, checks: &[Check], at: Option<Nanos>) -> Result<(), StoreError> {
         validate_checks(&self.policies, checks)?;
-        if let Some(t) = at
-            && (!t.is_multiple_of(1000) || t / 1000 > crate::plan::MAX_SPAN_MICROS * 4)
-        {
-            return Err(StoreError::Unavailable(format!(
-                "explicit time {t} ns: the Redis store takes whole microseconds below 2^52 us"
-            )));
-        }
-        Ok(())
+        validate_time(at)
     }
 
     /// A verdict from the deny cache if any check has a cached denial. The checks without one
@@ -444,7 +437,7 @@ impl RedisStore {
     /// [`Store::settle`]). A key given units back is forgotten by the deny cache.
     pub async fn settle_charges(&self, settles: &[Settle], at: Option<Nanos>) -> Result<(), StoreError> {
         validate_settles(&self.policies, settles)?;
-        self.validate(&[], at)?;
+        validate_time(at)?;
         if settles.is_empty() {
             return Ok(());
         }
@@ -499,6 +492,18 @@ impl RedisStore {
         }
         if e.is_timeout() { Failure::Timeout } else { Failure::Error(format!("redis: {e}")) }
     }
+}
+
+/// An explicit time the scripts can take: whole microseconds below 2^52.
+fn validate_time(at: Option<Nanos>) -> Result<(), StoreError> {
+    if let Some(t) = at
+        && (!t.is_multiple_of(1000) || t / 1000 > crate::plan::MAX_SPAN_MICROS * 4)
+    {
+        return Err(StoreError::Unavailable(format!(
+            "explicit time {t} ns: the Redis store takes whole microseconds below 2^52 us"
+        )));
+    }
+    Ok(())
 }
 
 /// Per plan, the id `cache` gives its key head (none without a cache).

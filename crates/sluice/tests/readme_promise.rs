@@ -49,8 +49,7 @@ fn a_request_the_account_limit_denies_is_not_charged_to_the_ip_limit() {
 fn on_redis_too() {
     let redis = redis_support::RedisServer::start();
     let dir = TempDir::new("readme-promise-redis");
-    let config = readme_config_with("key_secret = \"shared-by-every-instance-0123456789\"")
-        + &format!("\n[store]\nkind = \"redis\"\nurl = \"{}\"\non_error = \"fail-closed\"\n", redis.url());
+    let config = readme_config_with(support::SHARED_SECRET) + &support::redis_store(&redis.url());
     let gw = Serve::gateway(&dir.write("gateway.toml", &config));
     denied_requests_are_charged_to_neither(([127, 0, 0, 1], gw.port).into());
 }

@@ -88,9 +88,8 @@ fn the_gateway_settles_each_request_to_the_tokens_its_response_reports() {
 fn on_redis_too() {
     let redis = redis_support::RedisServer::start();
     let dir = TempDir::new("response-cost-redis");
-    let store = format!("\n[store]\nkind = \"redis\"\nurl = \"{}\"\non_error = \"fail-closed\"\n", redis.url());
-    let server = "key_secret = \"shared-by-every-instance-0123456789\"";
-    let gw = Serve::gateway(&dir.write("gateway.toml", &config(usage_upstream(), server, &store)));
+    let config = config(usage_upstream(), support::SHARED_SECRET, &support::redis_store(&redis.url()));
+    let gw = Serve::gateway(&dir.write("gateway.toml", &config));
     tokens_are_settled(([127, 0, 0, 1], gw.port).into());
 }
 

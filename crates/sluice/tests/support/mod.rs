@@ -55,6 +55,15 @@ impl Drop for TempDir {
     }
 }
 
+/// The `[server]` line every instance on one Redis shares: the same key secret.
+pub const SHARED_SECRET: &str = "key_secret = \"shared-by-every-instance-0123456789\"";
+
+/// A `[store]` table on the Redis at `url`, failing closed (an error must fail a test, not be
+/// answered by a fallback).
+pub fn redis_store(url: &str) -> String {
+    format!("\n[store]\nkind = \"redis\"\nurl = \"{url}\"\non_error = \"fail-closed\"\n")
+}
+
 /// A `sluice serve` child process on a free port, killed when dropped.
 pub struct Serve {
     child: Child,
