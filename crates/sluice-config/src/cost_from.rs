@@ -11,8 +11,13 @@ use std::fmt;
 /// let c = CostFrom::parse("response-header:X-Usage-Tokens").unwrap();
 /// assert_eq!(c, CostFrom::ResponseHeader("x-usage-tokens".into()));
 /// assert_eq!(c.to_string(), "response-header:x-usage-tokens");
+/// let tokens = CostFrom::parse("response-json:/usage/total_tokens").unwrap();
+/// assert_eq!(tokens, CostFrom::ResponseJson("/usage/total_tokens".into()));
+/// assert_eq!(CostFrom::parse("response-bytes").unwrap(), CostFrom::ResponseBytes);
 /// assert!(CostFrom::parse("response-header:").is_err());
 /// assert!(CostFrom::parse("response-header:bad name").is_err());
+/// assert!(CostFrom::parse("response-json:usage").is_err());
+/// assert!(CostFrom::parse("response-json:/a~2b").is_err());
 /// assert!(CostFrom::parse("request-header:x").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -20,15 +25,31 @@ pub enum CostFrom {
     /// `response-header:NAME`: a whole number in one field line of the response header `NAME`
     /// (stored lowercase), read when the response head arrives.
     ResponseHeader(String),
+    /// `response-json:POINTER`: the whole number at the RFC 6901 JSON pointer `POINTER` of the
+    /// response body, read when the body ends; for a server-sent-event stream
+    /// (`text/event-stream`), of the last event whose data has it (the usage an LLM API sends
+    /// last), read when the stream ends or the client leaves.
+    ResponseJson(String),
+    /// `response-bytes`: the body bytes sent to the client, counted when the body ends or the
+    /// client leaves.
+    ResponseBytes,
 }
 
 impl CostFrom {
     /// Parses a `cost_from` value; the error says what is accepted.
     pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "response-bytes" {
+            return Ok(CostFrom::ResponseBytes);
+        }
+        if let Some(pointer) = text.strip_prefix("response-json:") {
+            return json_pointer(pointer).map(|()| CostFrom::ResponseJson(pointer.to_owned()));
+        }
         let Some(name) = text.strip_prefix("response-header:") else {
             return Err(format!(
                 "unknown cost source `{text}`: `response-header:NAME` settles the request's cost to the whole \
-                 number in the response header NAME"
+                 number in the response header NAME, `response-json:/POINTER` to the whole number at that JSON \
+                 pointer of the response body (or of a server-sent-event stream's last event that has it), \
+                 `response-bytes` to the body bytes sent"
             ));
         };
         // A field name is an RFC 9110 token.
@@ -38,12 +59,37 @@ impl CostFrom {
         }
         Ok(CostFrom::ResponseHeader(name.to_ascii_lowercase()))
     }
+
+    /// True when the cost is known only once the response's body has been sent.
+    pub fn reads_body(&self) -> bool {
+        !matches!(self, CostFrom::ResponseHeader(_))
+    }
+}
+
+/// Checks an RFC 6901 pointer below the document's root: `/` then reference tokens, `~` only
+/// as `~0` or `~1`.
+fn json_pointer(pointer: &str) -> Result<(), String> {
+    if !pointer.starts_with('/') {
+        return Err(format!(
+            "`{pointer}` is not a JSON pointer to a field: it starts with `/` (e.g. `/usage/total_tokens`)"
+        ));
+    }
+    let mut rest = pointer;
+    while let Some(at) = rest.find('~') {
+        rest = &rest[at + 1..];
+        if !(rest.starts_with('0') || rest.starts_with('1')) {
+            return Err(format!("`{pointer}`: in a JSON pointer `~` is written `~0` and `/` inside a name `~1`"));
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Display for CostFrom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CostFrom::ResponseHeader(name) => write!(f, "response-header:{name}"),
+            CostFrom::ResponseJson(pointer) => write!(f, "response-json:{pointer}"),
+            CostFrom::ResponseBytes => f.write_str("response-bytes"),
         }
     }
 }

@@ -15,6 +15,7 @@ use sluice_http::body_key::BodyRefusal;
 use sluice_http::headers::write_denial_headers;
 use sluice_http::identity::Client;
 use sluice_http::lifecycle::{BodyPrefix, Counted, Face, Lifecycle};
+use sluice_http::meter::Meter;
 use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::Answer;
 use sluice_store::{KeyHasher, Store};
@@ -247,6 +248,16 @@ impl Face for Proxied<'_> {
         Some(&mut request.headers)
     }
 
+    /// The upstream's body is metered; sluice's own answer (no upstream, a 502) is not what a
+    /// limit's cost is read from: the reservation stands.
+    fn meter(mut response: Response<Body>, meter: Meter) -> Response<Body> {
+        match response.body_mut() {
+            Either::Right(body) => body.attach(meter),
+            Either::Left(_) => meter.unmetered(),
+        }
+        response
+    }
+
     async fn pass_on(
         self,
         head: http::request::Parts,
@@ -347,7 +358,7 @@ impl Handler for Gateway {
         }
         let mut res = self.route(&loaded, peer, client, req).await?;
         if let Either::Right(body) = res.body_mut() {
-            body.hold(slot);
+            body.get_mut().hold(slot);
         }
         Ok(res)
     }

@@ -11,6 +11,7 @@ use http_body_util::Either;
 
 use sluice_config::{ForwardedHeader, UnderscoreHeaders};
 use sluice_http::identity::Client;
+use sluice_http::meter::Metered;
 use sluice_upstream::hop_by_hop::strip_hop_by_hop;
 use sluice_upstream::pool::{ConnPool, SWEEP_EVERY, SendError};
 use sluice_upstream::socket::TcpConnect;
@@ -145,7 +146,7 @@ impl Upstream {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
                 parts.version = http::Version::HTTP_11;
-                Response::from_parts(parts, Either::Right(body))
+                Response::from_parts(parts, Either::Right(Metered::new(body)))
             }
             Err(SendError::Timeout) => {
                 respond::error(504, "gateway_timeout", "The upstream service did not answer in time.")

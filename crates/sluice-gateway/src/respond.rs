@@ -4,6 +4,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 use serde::Serialize;
+use sluice_http::meter::Metered;
 use sluice_http::response::Answer;
 use sluice_upstream::pool::PooledBody;
 use sluice_upstream::socket::TcpConnect;
@@ -12,8 +13,9 @@ use crate::body::ReplayBody;
 use crate::client_slots::Slot;
 
 /// The body of every response the server sends: its own bytes, or the upstream's stream (which
-/// holds the request's slot in flight until it is dropped).
-pub type Body = Either<Full<Bytes>, PooledBody<TcpConnect, ReplayBody, Slot>>;
+/// holds the request's slot in flight until it is dropped, metered when a limit's cost is what
+/// it says).
+pub type Body = Either<Full<Bytes>, Metered<PooledBody<TcpConnect, ReplayBody, Slot>>>;
 
 /// Bytes as a [`Body`].
 pub fn full(bytes: Bytes) -> Body {

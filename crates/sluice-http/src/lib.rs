@@ -41,6 +41,7 @@ pub mod jwt;
 pub mod keys;
 pub mod layer;
 pub mod lifecycle;
+pub mod meter;
 pub mod pipeline;
 pub mod response;
 pub mod store_health;

@@ -76,6 +76,7 @@ use sluice_store::Settle;
 use crate::body_key::{BodyKind, body_kind, keyable_body, needs_body};
 use crate::identity::Client;
 use crate::keys::RequestFacts;
+use crate::meter::Meter;
 use crate::pipeline::{Action, Checks, Limiter, Refusal, Ruling, route_path};
 use crate::response::Answer;
 
@@ -222,6 +223,15 @@ pub trait Face: Sized {
         None
     }
 
+    /// Meters the body of `response`, a passed request's, for the limits whose cost it says
+    /// (`cost_from = "response-bytes"`, `"response-json:..."`): the face wraps the body in a
+    /// [`crate::meter::Metered`] and attaches `meter`. By default the body is not metered and
+    /// those limits keep their reservations (a face whose response is not the upstream's).
+    fn meter(response: Self::Response, meter: Meter) -> Self::Response {
+        meter.unmetered();
+        response
+    }
+
     /// Passes an admitted `request`, decided under `at`, on (after its shaping delay): proxy it, call the inner
     /// service, answer the proxy that asked. The lifecycle adds the rate-limit headers.
     fn pass_on(
@@ -354,11 +364,15 @@ macro_rules! act {
             Ok(response) => response,
             Err(e) => return lifecycle.passed::<$face_type>(at, ruling, Err(e)),
         };
-        // Limits whose cost the response says: their reservations settled to it.
+        // Limits whose cost the response says: their reservations settled to it, from its
+        // head now, from its body when the body ends.
         if let Some(headers) = <$face_type as Face>::headers_mut(&mut response) {
-            let costs = lifecycle.response_costs($limits, ruling, headers);
-            if !costs.is_empty() {
-                lifecycle.limiter.settle(&costs).await;
+            let (now, meter) = lifecycle.response_costs($limits, ruling, headers);
+            if !now.is_empty() {
+                lifecycle.limiter.settle(&now).await;
+            }
+            if let Some(meter) = meter {
+                response = <$face_type as Face>::meter(response, meter);
             }
         }
         lifecycle.passed::<$face_type>(at, ruling, Ok(response))
@@ -545,29 +559,40 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// The settlements a passed request's response asks for: each charged check whose limit
-    /// (among `limits`, the face's list) reads its cost from the response, settled to the cost
-    /// the response gives. A response that does not say (the header missing, repeated, or not a
-    /// whole number) leaves the reservation as it was. Empty, without allocating, when no limit
-    /// reads its cost from the response.
-    fn response_costs(&self, limits: &[RouteLimit], ruling: &Ruling<'_>, headers: &HeaderMap) -> Vec<Settle> {
+    /// (among `limits`, the face's list) reads its cost from the response. Those read from the
+    /// head (`response-header:NAME`), settled to what it says (a response that does not say —
+    /// the header missing, repeated, or not a whole number — leaves the reservation as it was);
+    /// and a meter for those read from the body. Empty, without allocating, when no limit reads
+    /// its cost from the response.
+    fn response_costs(
+        &self,
+        limits: &[RouteLimit],
+        ruling: &Ruling<'_>,
+        headers: &HeaderMap,
+    ) -> (Vec<Settle>, Option<Meter>) {
         if !limits.iter().any(|l| l.cost_from.is_some()) {
-            return Vec::new();
+            return (Vec::new(), None);
         }
-        let Ok(outcome) = &ruling.outcome else { return Vec::new() };
+        let Ok(outcome) = &ruling.outcome else { return (Vec::new(), None) };
         let enforcer = self.limiter.enforcer();
-        enforcer
+        let mut from_body = Vec::new();
+        let now = enforcer
             .charged(&ruling.checks, outcome)
-            .filter_map(|(i, settle)| {
-                let CostFrom::ResponseHeader(name) = limits.get(ruling.positions[i])?.cost_from.as_ref()?;
-                match response_cost(headers, name) {
+            .filter_map(|(i, settle)| match limits.get(ruling.positions[i])?.cost_from.as_ref()? {
+                CostFrom::ResponseHeader(name) => match response_cost(headers, name) {
                     Some(actual) => Some(Settle { actual, ..settle }),
                     None => {
                         tracing::debug!(target: "sluice::settle", header = %name, "the response does not say what it cost: the reservation stands");
                         None
                     }
+                },
+                body => {
+                    from_body.push((settle, body.clone()));
+                    None
                 }
             })
-            .collect()
+            .collect();
+        (now, Meter::new(enforcer.store().clone(), from_body, headers))
     }
 
     /// A decided request's answer (a denial, a 503, or the response of what the face passed it

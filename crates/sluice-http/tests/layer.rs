@@ -470,3 +470,55 @@ async fn a_limit_settled_by_the_response_charges_what_the_response_says() {
     assert_eq!(denied.status, 429, "40 + 30 + 1 + 1 + 80 used of 100: a debt of 52 tokens");
     assert_eq!(denied.num("retry-after"), 53_000, "the debt and one token for this request, at 1 per 1000 s");
 }
+
+/// A body sent a chunk per frame.
+struct Chunks(std::collections::VecDeque<String>);
+
+impl http_body::Body for Chunks {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(|c| Ok(http_body::Frame::data(c.into()))))
+    }
+}
+
+#[tokio::test]
+async fn a_limit_settled_by_the_response_body_charges_the_tokens_of_its_json_or_last_event() {
+    let tokens = NamedPolicy { name: "tokens".into(), policy: TokenBucket::new(1000, 0.001).unwrap().into() };
+    let store = Arc::new(MemoryStore::new(vec![tokens], MemoryOptions::default(), Arc::new(ManualClock::new(T0))));
+    let usage = sluice_config::CostFrom::parse("response-json:/usage/total_tokens").unwrap();
+    let layer = axum_layer(store).limit_settled("tokens", "ip", 1, usage).headers(vec![HeaderStyle::Ietf]).build();
+    // `?used=N` reports N tokens; `/stream` sends them as server-sent events, a chunk at a time,
+    // the usage in the last event.
+    let json = |uri: http::Uri| async move {
+        let used = uri.query().and_then(|q| q.strip_prefix("used=")).unwrap_or("0").to_string();
+        ([("content-type", "application/json")], format!("{{\"usage\":{{\"total_tokens\":{used}}}}}"))
+    };
+    let stream = |uri: http::Uri| async move {
+        let used = uri.query().and_then(|q| q.strip_prefix("used=")).unwrap_or("0").to_string();
+        let events = vec![
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n".to_string(),
+            format!("data: {{\"choices\":[],\"usage\":{{\"total_tokens\":{used}}}}}\n\n"),
+            "data: [DONE]\n\n".to_string(),
+        ];
+        ([("content-type", "text/event-stream")], Body::new(Chunks(events.into())))
+    };
+    let app = Router::new().route("/v1/chat", get(json)).route("/v1/stream", get(stream));
+    let c = Client { app: app.layer(layer.expect("layer builds")) };
+    let left = |r: &Resp| -> u64 {
+        let field = r.header("ratelimit").expect("a RateLimit field");
+        field.split(';').find_map(|p| p.strip_prefix("r=")).and_then(|n| n.parse().ok()).expect("r=")
+    };
+    let first = c.get("/v1/chat?used=300", &[]).await;
+    assert_eq!((first.status, left(&first)), (200, 999), "reserved 1");
+    assert_eq!(&first.body[..], b"{\"usage\":{\"total_tokens\":300}}", "the body is the handler's");
+    let second = c.get("/v1/stream?used=450", &[]).await;
+    assert_eq!(left(&second), 699, "300 used by the first");
+    assert!(String::from_utf8_lossy(&second.body).ends_with("data: [DONE]\n\n"));
+    let third = c.get("/v1/chat?used=0", &[]).await;
+    assert_eq!(left(&third), 249, "450 used by the stream");
+}

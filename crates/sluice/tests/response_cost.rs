@@ -8,23 +8,15 @@ mod redis_support;
 mod support;
 
 use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::thread;
+use std::net::{SocketAddr, TcpStream};
 
-use support::raw::{Resp, http, read_head};
+use support::raw::{Resp, http, read_head, upstream};
 use support::{Serve, TempDir};
 
 /// An upstream that answers every request `200 done`, with `x-usage-tokens: N` when its query
 /// is `used=N`.
 fn usage_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        for conn in listener.incoming().map_while(Result::ok) {
-            thread::spawn(move || answer(conn));
-        }
-    });
-    addr
+    upstream(answer)
 }
 
 fn answer(conn: TcpStream) {
@@ -98,9 +90,7 @@ fn check_config_names_a_bad_cost_source() {
     let dir = TempDir::new("response-cost-bad");
     let bad = config(usage_upstream(), "", "").replace("response-header:x-usage-tokens", "response-body:/usage");
     let path = dir.write("gateway.toml", &bad);
-    let out = std::process::Command::new(support::SLUICE).args(["check-config", &path]).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = support::refused_config(&path);
     assert!(err.contains("gateway.toml") && err.contains("route[0].limits[0].cost_from"), "{err}");
     assert!(err.contains("unknown cost source `response-body:/usage`"), "{err}");
 }

@@ -202,9 +202,10 @@ impl RateLimitLayerBuilder {
 
     /// Adds a limit whose requests reserve `estimate` when admitted and are settled to what
     /// their response says they cost (`cost_from`: the tokens an LLM API reports in a response
-    /// header, say), when the inner service's response head arrives. A limit spent by settled
-    /// costs denies the next request, never the one in flight; a response that does not say
-    /// keeps its reservation.
+    /// header, at a JSON pointer of its body or of its stream's last event, or the bytes of the
+    /// body), when the inner service's response head arrives or its body ends (the body's type
+    /// meters it: [`AnswerBody::metered`]). A limit spent by settled costs denies the next
+    /// request, never the one in flight; a response that does not say keeps its reservation.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -616,6 +617,10 @@ where
 
     fn headers_mut(response: &mut Response<R>) -> Option<&mut http::HeaderMap> {
         Some(response.headers_mut())
+    }
+
+    fn meter(response: Response<R>, meter: crate::meter::Meter) -> Response<R> {
+        response.map(|body| body.metered(meter))
     }
 
     async fn pass_on(

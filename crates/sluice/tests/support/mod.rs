@@ -139,3 +139,10 @@ impl Drop for Serve {
         let _ = self.child.wait();
     }
 }
+
+/// What `sluice check-config FILE` says on stderr of a file it must refuse.
+pub fn refused_config(path: &str) -> String {
+    let out = std::process::Command::new(SLUICE).args(["check-config", path]).output().unwrap();
+    assert!(!out.status.success(), "check-config accepted {path}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

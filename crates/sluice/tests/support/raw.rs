@@ -319,3 +319,16 @@ fn read_sized(reader: &mut BufReader<TcpStream>, length: usize, arrived: impl Fn
     }
     true
 }
+
+/// An upstream on a free local port that serves each connection with `answer`, on a thread
+/// of its own.
+pub fn upstream(answer: fn(TcpStream)) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for conn in listener.incoming().map_while(Result::ok) {
+            thread::spawn(move || answer(conn));
+        }
+    });
+    addr
+}

@@ -1,0 +1,248 @@
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use http::HeaderValue;
+use sluice_core::{ManualClock, TokenBucket};
+use sluice_store::{Check, KeyHash, MemoryOptions, MemoryStore, NamedPolicy};
+
+use super::*;
+
+/// A body sent in the given chunks; says it has ended once the last one is out.
+struct Chunks(VecDeque<Bytes>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+const CAPACITY: u64 = 10_000;
+
+/// A store with one bucket of 10,000 that hardly refills, a request's reservation of 5 in it,
+/// and the charge to settle.
+fn reserved() -> (Arc<MemoryStore>, Settle) {
+    let bucket = NamedPolicy { name: "tokens".into(), policy: TokenBucket::new(CAPACITY, 0.000_001).unwrap().into() };
+    let store = Arc::new(MemoryStore::new(vec![bucket], MemoryOptions::default(), Arc::new(ManualClock::new(0))));
+    let check = Check { policy: 0, key: KeyHash([3; 16]), cost: 5 };
+    let verdict = store.decide_now(&[check]).unwrap();
+    (store, Settle { check, charged_at: verdict.charged_at(0), actual: 5 })
+}
+
+/// What the key has been charged in all (the next request of 1 is not counted).
+fn charged(store: &MemoryStore) -> u64 {
+    let d = store.decide_now(&[Check { policy: 0, key: KeyHash([3; 16]), cost: 1 }]).unwrap();
+    CAPACITY - d.decisions[0].remaining - 1
+}
+
+fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    pairs.iter().map(|(k, v)| (http::HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
+}
+
+/// `chunks` sent as a body metered for `from`, polled for `frames` frames (all: `usize::MAX`)
+/// and dropped; what the key was charged in the end.
+fn sent(from: &str, response: &HeaderMap, chunks: &[&[u8]], frames: usize) -> u64 {
+    let (store, settle) = reserved();
+    let from = CostFrom::parse(from).unwrap();
+    let meter = Meter::new(store.clone(), vec![(settle, from)], response).expect("a body cost");
+    let mut body = Metered::new(Chunks(chunks.iter().map(|c| Bytes::copy_from_slice(c)).collect()));
+    body.attach(meter);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    for _ in 0..frames {
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(_)) => {}
+            _ => break,
+        }
+    }
+    drop(body);
+    charged(&store)
+}
+
+const ALL: usize = usize::MAX;
+
+#[test]
+fn bytes_are_counted_to_the_end_or_to_the_client_leaving() {
+    let none = HeaderMap::new();
+    assert_eq!(sent("response-bytes", &none, &[b"hello", b" ", b"world"], ALL), 11);
+    assert_eq!(sent("response-bytes", &none, &[b"hello", b" ", b"world"], 2), 6, "left after two frames");
+    assert_eq!(sent("response-bytes", &none, &[b"hello"], 0), 0, "left before a byte: nothing sent, nothing used");
+    assert_eq!(sent("response-bytes", &none, &[], ALL), 0);
+}
+
+#[test]
+fn a_json_body_is_read_at_its_end() {
+    let json = headers(&[("content-type", "application/json")]);
+    let doc: &[&[u8]] = &[b"{\"id\":\"x\",\"usage\":{\"prompt_tokens\":9,", b"\"total_tokens\":42}}"];
+    assert_eq!(sent("response-json:/usage/total_tokens", &json, doc, ALL), 42);
+    assert_eq!(sent("response-json:/usage/prompt_tokens", &json, doc, ALL), 9);
+    // The last frame out says the body has ended: read then, even if nobody polls again.
+    assert_eq!(sent("response-json:/usage/total_tokens", &json, doc, 2), 42);
+    // Cut short, missing, not a whole number, not JSON: the reservation (5) stands.
+    assert_eq!(sent("response-json:/usage/total_tokens", &json, doc, 1), 5);
+    assert_eq!(sent("response-json:/usage/completion_tokens", &json, doc, ALL), 5);
+    for odd in [
+        &b"{\"usage\":{\"total_tokens\":-3}}"[..],
+        b"{\"usage\":{\"total_tokens\":4.5}}",
+        b"{\"usage\":{\"total_tokens\":\"42\"}}",
+        b"not json",
+    ] {
+        assert_eq!(
+            sent("response-json:/usage/total_tokens", &json, &[odd], ALL),
+            5,
+            "{}",
+            String::from_utf8_lossy(odd)
+        );
+    }
+    // JSON's escapes are JSON's: a pointer reads the name as the parser decodes it.
+    assert_eq!(sent("response-json:/a~1b", &json, &[b"{\"a/b\":7}"], ALL), 7);
+}
+
+#[test]
+fn a_json_body_sluice_cannot_read_keeps_its_reservation() {
+    let gzip = headers(&[("content-type", "application/json"), ("content-encoding", "gzip")]);
+    assert_eq!(sent("response-json:/n", &gzip, &[b"{\"n\":42}"], ALL), 5);
+    let json = headers(&[("content-type", "application/json")]);
+    let mut long = b"{\"n\":42,\"pad\":\"".to_vec();
+    long.resize(MAX_JSON_BYTES, b'x');
+    long.extend_from_slice(b"\"}");
+    assert_eq!(sent("response-json:/n", &json, &[&long], ALL), 5);
+    // Identity is no coding; bytes are counted whatever the coding.
+    assert_eq!(sent("response-json:/n", &headers(&[("content-encoding", "identity")]), &[b"{\"n\":42}"], ALL), 42);
+    assert_eq!(sent("response-bytes", &gzip, &[b"12345678"], ALL), 8);
+}
+
+const STREAM: &[&[u8]] = &[
+    b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
+    b"data: {\"choices\":[{\"delta\":{\"content\":\" there, \\\"usage\\\": {\\\"total_tokens\\\": 1}\"}}]}\n\n",
+    b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":30,\"total_tokens\":42}}\n\n",
+    b"data: [DONE]\n\n",
+];
+
+#[test]
+fn an_event_stream_settles_to_the_last_usage_it_sent() {
+    let sse = headers(&[("content-type", "Text/Event-Stream; charset=utf-8")]);
+    assert_eq!(sent("response-json:/usage/total_tokens", &sse, STREAM, ALL), 42);
+    // The client left after the usage event: settled to it.
+    assert_eq!(sent("response-json:/usage/total_tokens", &sse, STREAM, 3), 42);
+    // The client left before it: the reservation stands (text that looks like usage inside the
+    // content is a string, not the usage).
+    assert_eq!(sent("response-json:/usage/total_tokens", &sse, STREAM, 2), 5);
+    // Bytes of a stream are bytes.
+    let all: usize = STREAM.iter().map(|c| c.len()).sum();
+    assert_eq!(sent("response-bytes", &sse, STREAM, ALL), all as u64);
+    // The same stream not marked as events is not a JSON document: it keeps its reservation.
+    assert_eq!(sent("response-json:/usage/total_tokens", &HeaderMap::new(), STREAM, ALL), 5);
+}
+
+#[test]
+fn several_charges_settle_each_to_its_own_reading_in_one_settlement() {
+    let (store, settle) = reserved();
+    let other = Check { key: KeyHash([4; 16]), ..settle.check };
+    let verdict = store.decide_now(&[other]).unwrap();
+    let second = Settle { check: other, charged_at: verdict.charged_at(0), actual: 5 };
+    let pending = vec![
+        (settle, CostFrom::parse("response-json:/usage/total_tokens").unwrap()),
+        (second, CostFrom::ResponseBytes),
+        // A header's cost is read from the head, not here.
+        (second, CostFrom::ResponseHeader("x-usage".into())),
+    ];
+    let meter = Meter::new(store.clone(), pending, &headers(&[("content-type", "text/event-stream")])).unwrap();
+    let mut body = Metered::new(Chunks(STREAM.iter().map(|c| Bytes::from_static(c)).collect()));
+    body.attach(meter);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    while let Poll::Ready(Some(_)) = Pin::new(&mut body).poll_frame(&mut cx) {}
+    assert_eq!(charged(&store), 42);
+    let d = store.decide_now(&[Check { cost: 1, ..other }]).unwrap();
+    let all: u64 = STREAM.iter().map(|c| c.len() as u64).sum();
+    assert_eq!(CAPACITY - d.decisions[0].remaining - 1, all);
+}
+
+#[test]
+fn no_meter_without_a_body_cost_and_a_meter_given_up_settles_nothing() {
+    let (store, settle) = reserved();
+    let header = vec![(settle, CostFrom::ResponseHeader("x-usage".into()))];
+    assert!(Meter::new(store.clone(), header, &HeaderMap::new()).is_none());
+    Meter::new(store.clone(), vec![(settle, CostFrom::ResponseBytes)], &HeaderMap::new()).unwrap().unmetered();
+    // Unattached, a metered body is the body it wraps.
+    let mut body = Metered::new(Chunks([Bytes::from_static(b"ab")].into()));
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    assert!(matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(Some(Ok(_)))));
+    assert!(body.is_end_stream());
+    drop(body);
+    assert_eq!(charged(&store), 5, "the reservation, unsettled");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(sluice_core::fuzz_cases(500)))]
+
+    /// Any response body, cut anywhere, read as JSON or as events: nothing panics, bytes are
+    /// exactly what went out, and a JSON cost is either the reservation or a number the body
+    /// holds.
+    #[test]
+    fn any_body_settles_without_a_panic(
+        chunks in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 0..6),
+        frames in 0usize..8,
+        events in proptest::prelude::any::<bool>(),
+    ) {
+        let h = if events { headers(&[("content-type", "text/event-stream")]) } else { HeaderMap::new() };
+        let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        let out: u64 = chunks.iter().take(frames).map(|c| c.len() as u64).sum();
+        proptest::prop_assert_eq!(sent("response-bytes", &h, &refs, frames), out);
+        let json = sent("response-json:/n", &h, &refs, frames);
+        let text: Vec<u8> = chunks.concat();
+        proptest::prop_assert!(json == 5 || String::from_utf8_lossy(&text).contains(&json.to_string()));
+    }
+}
+
+/// A store that settles only when awaited (as Redis does): the meter's settlement goes on a task.
+struct Awaited(Arc<MemoryStore>);
+
+impl Store for Awaited {
+    fn decide<'a>(&'a self, checks: &'a [Check], at: Option<u64>) -> sluice_store::StoreFuture<'a> {
+        self.0.decide(checks, at)
+    }
+
+    fn policies(&self) -> &[NamedPolicy] {
+        self.0.policies()
+    }
+
+    fn kind(&self) -> &'static str {
+        "awaited"
+    }
+
+    fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<u64>) -> sluice_store::SettleFuture<'a> {
+        self.0.settle(settles, at)
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_that_must_be_awaited_is_settled_on_a_task() {
+    let (store, settle) = reserved();
+    let meter =
+        Meter::new(Arc::new(Awaited(store.clone())), vec![(settle, CostFrom::ResponseBytes)], &HeaderMap::new());
+    let mut body = Metered::new(Chunks([Bytes::from_static(b"0123456789")].into()));
+    body.attach(meter.unwrap());
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    while let Poll::Ready(Some(_)) = Pin::new(&mut body).poll_frame(&mut cx) {}
+    // Not yet: the settlement waits for its task.
+    let first = store.decide_now(&[Check { cost: 1, ..settle.check }]).unwrap().decisions[0].remaining;
+    assert_eq!(first, CAPACITY - 5 - 1);
+    tokio::task::yield_now().await;
+    let then = store.decide_now(&[Check { cost: 1, ..settle.check }]).unwrap().decisions[0].remaining;
+    assert_eq!(then, CAPACITY - 10 - 2, "settled to the 10 bytes sent");
+}
+
+#[test]
+fn without_a_runtime_an_awaited_settlement_is_given_up_not_a_panic() {
+    let (store, settle) = reserved();
+    let meter =
+        Meter::new(Arc::new(Awaited(store.clone())), vec![(settle, CostFrom::ResponseBytes)], &HeaderMap::new());
+    meter.unwrap().read_whole(b"0123456789");
+    assert_eq!(charged(&store), 5, "the reservation stands");
+}
