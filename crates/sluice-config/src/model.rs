@@ -356,6 +356,11 @@ pub struct PolicyConfig {
     /// Decide, log and count, never deny, and tell what the request is passed on to when it is
     /// over (`enforce = "soft"`: the `sluice-soft-limited` request header names the policy).
     pub soft: bool,
+    /// What the policy counts, as the `qu` parameter of `RateLimit-Policy` says it: `None` for
+    /// requests (the draft's default, not written); `content-bytes` for a policy whose every
+    /// limit is `cost_from = "response-bytes"` unless `unit` says otherwise; else `unit` (e.g.
+    /// `tokens`).
+    pub unit: Option<String>,
 }
 
 /// `[[route]]`

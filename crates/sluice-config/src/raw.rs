@@ -70,6 +70,7 @@ pub(crate) struct RawPolicy {
     #[serde(default)]
     pub shadow: bool,
     pub enforce: Option<String>,
+    pub unit: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -409,3 +409,28 @@ fn a_policy_is_enforced_hard_soft_or_in_shadow() {
     let e = error_of(&policy("enforce = \"warn\""));
     assert!(e.starts_with("bad.toml:6: policy[0].enforce: `warn` is not one of `hard`"), "{e}");
 }
+
+#[test]
+fn a_policy_counts_requests_unless_its_unit_or_its_limits_say_otherwise() {
+    let with = |unit: &str, cost_from: &str| {
+        format!(
+            "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n{unit}\n\
+             [[route]]\npath = \"/*\"\nlimits = [{{ policy = \"p\", key = \"ip\"{cost_from} }}]\n"
+        )
+    };
+    let unit = |text: &str| parse("u.toml", text).unwrap().policies[0].unit.clone();
+    assert_eq!(unit(&with("", "")), None, "requests: the draft's default, not written");
+    assert_eq!(unit(&with("", ", cost_from = \"response-bytes\"")).as_deref(), Some("content-bytes"));
+    assert_eq!(unit(&with("", ", cost_from = \"response-json:/usage/total_tokens\"")), None);
+    assert_eq!(
+        unit(&with("unit = \"tokens\"", ", cost_from = \"response-json:/usage/total_tokens\"")).as_deref(),
+        Some("tokens")
+    );
+    // What the file says wins, `requests` included.
+    assert_eq!(unit(&with("unit = \"requests\"", ", cost_from = \"response-bytes\"")), None);
+    assert_eq!(unit(&with("unit = \"concurrent-requests\"", "")).as_deref(), Some("concurrent-requests"));
+    for bad in ["Tokens", "2fa", "to kens", "tokens\\\"", ""] {
+        let e = error_of(&with(&format!("unit = \"{bad}\""), ""));
+        assert!(e.starts_with("bad.toml:6: policy[0].unit: `"), "{bad}: {e}");
+    }
+}

@@ -45,11 +45,7 @@ fn bench(c: &mut Criterion) {
     let clock = Arc::new(ManualClock::new(1_000 * NANOS_PER_SEC));
     let observer = Arc::new(Observer::with_sources(clock.clone(), Arc::new(ThreadRandom)));
     let observed = Observed::resolve(&observer, &config, "memory");
-    let policies: Vec<PolicyInfo> = config
-        .policies
-        .iter()
-        .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow, soft: p.soft })
-        .collect();
+    let policies: Vec<PolicyInfo> = config.policies.iter().map(PolicyInfo::of_config).collect();
     let store = MemoryStore::new(named_policies(&config), memory_options(&config.store), clock);
     let h = KeyHasher::from_secret(b"bench secret, 16 bytes or more");
     let checks = [

@@ -83,6 +83,7 @@ algorithm = "token-bucket"
 capacity = 10
 refill_per_second = 2
 enforce = "soft"
+unit = "tokens"
 
 [[policy]]
 name = "leaky"

@@ -18,9 +18,21 @@ pub struct PolicyInfo {
     pub shadow: bool,
     /// Decide and count, never deny; when over, tell what the request is passed on to.
     pub soft: bool,
+    /// What it counts, when not requests: the `qu` of its `RateLimit-Policy` item.
+    pub unit: Option<String>,
 }
 
 impl PolicyInfo {
+    /// An enforced policy counting requests: `name`, `policy`.
+    pub fn enforced(name: &str, policy: Policy) -> Self {
+        Self { name: name.to_owned(), policy, shadow: false, soft: false, unit: None }
+    }
+
+    /// A configured policy as the faces describe it.
+    pub fn of_config(p: &sluice_config::PolicyConfig) -> Self {
+        Self { name: p.name.clone(), policy: p.policy, shadow: p.shadow, soft: p.soft, unit: p.unit.clone() }
+    }
+
     /// Decided apart from the enforced limits, never denying: shadow or soft.
     pub fn apart(&self) -> bool {
         self.shadow || self.soft
@@ -150,21 +162,13 @@ impl Enforcer {
 
     /// An enforcer of every policy of `store`, none of them shadow.
     pub fn of_store(store: Arc<dyn Store>) -> Self {
-        let policies = store
-            .policies()
-            .iter()
-            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false, soft: false })
-            .collect();
+        let policies = store.policies().iter().map(|p| PolicyInfo::enforced(&p.name, p.policy)).collect();
         Self::new(store, policies)
     }
 
     /// An enforcer of the policies of `config` (in config order, as routes index them) on `store`.
     pub fn of_config(store: Arc<dyn Store>, config: &sluice_config::Config) -> Self {
-        let policies = config
-            .policies
-            .iter()
-            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: p.shadow, soft: p.soft })
-            .collect();
+        let policies = config.policies.iter().map(PolicyInfo::of_config).collect();
         Self::new(store, policies)
     }
 
@@ -188,7 +192,7 @@ impl Enforcer {
     pub fn view<'a>(&'a self, checks: &[Check], outcome: &Outcome) -> Option<LimitView<'a>> {
         let i = outcome.describe?;
         let info = &self.policies[checks[i].policy];
-        Some(LimitView::new(&info.name, &info.policy, outcome.decisions[i]))
+        Some(LimitView::of(info, outcome.decisions[i]))
     }
 
     /// Every limit a response to `checks` describes, in the checks' order: the enforced ones
@@ -202,7 +206,7 @@ impl Enforcer {
     ) -> impl Iterator<Item = LimitView<'a>> + Clone + 'a {
         checks.iter().zip(&outcome.decisions).filter_map(move |(c, d)| {
             let info = self.enforced(c)?;
-            let view = LimitView::new(&info.name, &info.policy, *d);
+            let view = LimitView::of(info, *d);
             Some(if partition_keys { view.with_partition_key(&c.key.0) } else { view })
         })
     }
@@ -386,8 +390,7 @@ mod tests {
             |limit| Policy::from(sluice_core::FixedWindow::new(limit, 60 * sluice_core::NANOS_PER_SEC).unwrap());
         let named = |name: &str, limit| NamedPolicy { name: name.into(), policy: window(limit) };
         let store = MemoryStore::new(vec![named("limit", 2), named("watched", 1)], MemoryOptions::default(), clock);
-        let info =
-            |name: &str, limit, shadow| PolicyInfo { name: name.into(), policy: window(limit), shadow, soft: false };
+        let info = |name: &str, limit, shadow| PolicyInfo { shadow, ..PolicyInfo::enforced(name, window(limit)) };
         Enforcer::new(Arc::new(store), vec![info("limit", 2, false), info("watched", 1, true)])
     }
 

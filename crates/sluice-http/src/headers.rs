@@ -9,8 +9,8 @@
 //!   String); `q` its quota: the limit of a window algorithm, the capacity of a bucket; `w` its
 //!   window in whole seconds (rounded up, at least 1). A bucket's window is the time it takes to
 //!   refill its whole capacity, `capacity / rate` ([`quota_window`]), so `q` per `w` is its
-//!   sustained rate and `q` its burst. `qu` is left out: sluice counts requests, the draft's
-//!   default unit (a route's `cost` makes one request count as `cost` of them).
+//!   sustained rate and `q` its burst. `qu`, what the policy counts, is written only when it is
+//!   not requests, the draft's default (`qu="tokens"`, `qu="content-bytes"`: a policy's `unit`).
 //! - `RateLimit: "per-ip";r=2;t=75, "burst";r=4;t=2` — `r` the quota left (requests of cost 1)
 //!   and `t` the draft's reset: seconds until more quota is made available. For a policy that
 //!   denied the request, `t` is its `retry_after` rounded up (at least 1): when this policy admits
@@ -83,12 +83,20 @@ pub struct LimitView<'a> {
     pub decision: Decision,
     /// The `pk` parameter of both `ietf` items: `None` unless the operator asks for it.
     pub partition_key: Option<&'a [u8]>,
+    /// The `qu` parameter of the `RateLimit-Policy` item: what the policy counts, when not
+    /// requests (`content-bytes`, `concurrent-requests`, `tokens`...).
+    pub unit: Option<&'a str>,
 }
 
 impl<'a> LimitView<'a> {
     /// The view of `decision` under the policy `name`, `policy`, with no partition key.
     pub fn new(name: &'a str, policy: &Policy, decision: Decision) -> Self {
-        Self { name, window: quota_window(policy), decision, partition_key: None }
+        Self { name, window: quota_window(policy), decision, partition_key: None, unit: None }
+    }
+
+    /// The view of `decision` under the configured policy `info` (its unit included).
+    pub fn of(info: &'a crate::enforce::PolicyInfo, decision: Decision) -> Self {
+        Self { unit: info.unit.as_deref(), ..Self::new(&info.name, &info.policy, decision) }
     }
 
     /// The same view, publishing `key` as its partition key (`pk`).
@@ -157,6 +165,7 @@ const W: &KeyRef = key_ref("w");
 const R: &KeyRef = key_ref("r");
 const T: &KeyRef = key_ref("t");
 const PK: &KeyRef = key_ref("pk");
+const QU: &KeyRef = key_ref("qu");
 
 /// Writes the rate-limit headers of `views` (every limit that applies to the request, in the
 /// route's order) in each of `styles`: `ietf` lists them all; `draft-6` and `x-ratelimit`
@@ -264,7 +273,13 @@ where
 {
     // An item is its name and at most 40 more bytes (two integers of up to 15 digits, the
     // parameter names); a partition key is 4/3 of its bytes, plus its colons.
-    let room = |v: &LimitView<'_>| v.name.len() + 40 + v.partition_key.map_or(0, |k| k.len().div_ceil(3) * 4 + 6);
+    // A unit is its bytes, quoted, and `;qu=`.
+    let room = |v: &LimitView<'_>| {
+        v.name.len()
+            + 40
+            + v.partition_key.map_or(0, |k| k.len().div_ceil(3) * 4 + 6)
+            + v.unit.map_or(0, |u| u.len() + 6)
+    };
     let cap = views.clone().into_iter().map(|v| room(v.borrow())).sum();
     let (mut policy, mut limits) = (String::with_capacity(cap), String::with_capacity(cap));
     let (mut policy_list, mut limit_list) =
@@ -273,7 +288,11 @@ where
         let v = v.borrow();
         let name = sf_name(v.name);
         let d = &v.decision;
-        let p = policy_list.bare_item(&*name).parameter(Q, int(d.limit)).parameter(W, int(v.window_secs()));
+        let mut p = policy_list.bare_item(&*name).parameter(Q, int(d.limit));
+        if let Some(unit) = v.unit {
+            p = p.parameter(QU, &*sf_name(unit));
+        }
+        let p = p.parameter(W, int(v.window_secs()));
         let l = limit_list.bare_item(&*name).parameter(R, int(d.remaining)).parameter(T, int(v.reset_secs()));
         if let Some(key) = v.partition_key {
             _ = (p.parameter(PK, key), l.parameter(PK, key));
@@ -472,6 +491,22 @@ mod tests {
 
     fn item(name: &str, params: &[(&str, u64)]) -> (String, Vec<(String, String)>) {
         (name.to_owned(), params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn a_policy_that_counts_something_else_says_so_as_qu() {
+        let mut h = HeaderMap::new();
+        let tokens = LimitView { unit: Some("tokens"), ..view(3, 1) };
+        let bytes = LimitView { name: "bytes", unit: Some("content-bytes"), ..view(7, 1) };
+        write_rate_limit_headers(&mut h, &[HeaderStyle::Ietf], &[tokens, bytes, view(3, 1)], 0, 1000);
+        assert_eq!(
+            h["ratelimit-policy"],
+            r#""per\"ip";q=10;qu="tokens";w=60, "bytes";q=10;qu="content-bytes";w=60, "per\"ip";q=10;w=60"#
+        );
+        assert_eq!(h["ratelimit"], r#""per\"ip";r=3;t=1, "bytes";r=7;t=1, "per\"ip";r=3;t=1"#, "no unit in RateLimit");
+        let list: List = Parser::new(h["ratelimit-policy"].as_bytes()).parse().unwrap();
+        let ListEntry::Item(first) = &list[0] else { panic!("an inner list") };
+        assert_eq!(first.params.get("qu"), Some(&BareItem::String(sfv::String::from_string("tokens".into()).unwrap())));
     }
 
     #[test]

@@ -124,7 +124,7 @@ fn limited_status(
 /// closest to denying, in the configured styles (sluice's header writer).
 fn headers(styles: &[HeaderStyle], describe: Option<&Described>, over: bool, now: Nanos) -> Vec<HeaderValue> {
     let Some((decision, window, name)) = describe else { return Vec::new() };
-    let view = LimitView { name, window: *window, decision: *decision, partition_key: None };
+    let view = LimitView { name, window: *window, decision: *decision, partition_key: None, unit: None };
     let views = std::slice::from_ref(&view);
     let mut map = HeaderMap::new();
     let unix = now / NANOS_PER_SEC;

@@ -83,7 +83,13 @@ impl Snapshot {
         let mut by_policy = HashMap::new();
         let mut intern = |policy: Policy, shadow: bool| {
             *by_policy.entry((policy, shadow)).or_insert_with(|| {
-                policies.push(PolicyConfig { name: policy_name(&policy, shadow), policy, shadow, soft: false });
+                policies.push(PolicyConfig {
+                    name: policy_name(&policy, shadow),
+                    policy,
+                    shadow,
+                    soft: false,
+                    unit: None,
+                });
                 policies.len() - 1
             })
         };

@@ -82,6 +82,7 @@ name = "tokens"
 algorithm = "token-bucket"
 capacity = 1000
 refill_per_second = 0.001
+unit = "tokens"
 
 [[policy]]
 name = "bytes"
@@ -130,6 +131,7 @@ fn a_completion_is_settled_to_the_tokens_its_json_reports() {
     assert_eq!(first.status, 200);
     assert_eq!(first.json()["usage"]["total_tokens"], 300, "the body is passed on whole");
     assert_eq!(first.remaining_of("tokens"), 999, "reserved 1 while it is answered");
+    assert_eq!(first.header("ratelimit-policy"), Some(r#""tokens";q=1000;qu="tokens";w=1000000"#));
     assert_eq!(get("/v1/chat/completions?used=650").remaining_of("tokens"), 699, "the first used 300");
     // 50 left: the next is admitted (it reserves 1) and uses 100; then the limit is spent.
     let over = get("/v1/chat/completions?used=100");
@@ -173,6 +175,8 @@ fn a_download_is_charged_the_bytes_sent_also_when_the_client_leaves() {
     let (_gw, addr) = gateway(&dir);
     let first = http(addr, "GET", "/files/a?bytes=3000", b"");
     assert_eq!((first.status, first.body.len(), first.remaining_of("bytes")), (200, 3000, 9999));
+    // A policy charged the bytes sent counts bytes, and says so.
+    assert_eq!(first.header("ratelimit-policy"), Some(r#""bytes";q=10000;qu="content-bytes";w=10000000"#));
     // Each look reserves 1 (shown) and is settled to the 0 bytes it sends.
     assert_eq!(http(addr, "GET", "/files/b?bytes=0", b"").remaining_of("bytes"), 6999, "3000 bytes sent");
 

@@ -26,6 +26,8 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
     let upstream = raw.upstream.map(|u| upstream::upstream(src, u)).transpose()?;
     let mut policies = Vec::with_capacity(raw.policy.len());
     let mut by_name = HashMap::new();
+    // The units the file gives (`requests` included), before any is inferred.
+    let raw_units: Vec<Option<String>> = raw.policy.iter().map(|p| p.get_ref().unit.clone()).collect();
     for (i, p) in raw.policy.into_iter().enumerate() {
         let span = p.span();
         let pc = policy::policy(src, i, &span, p.into_inner())?;
@@ -48,6 +50,11 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
             route::route(src, i, &span, r.into_inner(), &by_name, &policies, (&server, &identity))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    for (i, p) in policies.iter_mut().enumerate() {
+        if p.unit.is_none() && raw_units[i].is_none() {
+            p.unit = inferred_unit(i, &routes);
+        }
+    }
     let store_span = raw.store.as_ref().map(|s| s.span());
     let store = store::store(src, raw.store)?;
     if matches!(store, StoreConfig::Redis { .. }) && server.key_secret.is_none() {
@@ -95,4 +102,12 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         identity,
         forward_auth,
     })
+}
+
+/// The unit of policy `i` that the file does not name: `content-bytes` when every limit on it
+/// is charged the bytes of its response, else requests (`None`).
+fn inferred_unit(i: usize, routes: &[crate::model::Route]) -> Option<String> {
+    let mut limits = routes.iter().flat_map(|r| &r.limits).filter(|l| l.policy == i).peekable();
+    limits.peek()?;
+    limits.all(|l| l.cost_from == Some(crate::CostFrom::ResponseBytes)).then(|| "content-bytes".to_string())
 }

@@ -111,7 +111,29 @@ pub(super) fn policy(
             ));
         }
     };
-    Ok(PolicyConfig { name: p.name, policy, shadow, soft })
+    let unit = match p.unit {
+        Some(u) if u == "requests" => None,
+        Some(u) if is_unit(&u) => Some(u),
+        Some(u) => {
+            return Err(err(
+                "unit",
+                format!(
+                    "`{u}` is not a unit: lowercase letters, digits and `-`, starting with a letter, at most 32 \
+                     (`requests`, `content-bytes`, `concurrent-requests`, or your own, e.g. `tokens`)"
+                ),
+            ));
+        }
+        None => None,
+    };
+    Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit })
+}
+
+/// A quota unit as sluice writes it: a short lowercase word (the draft's registered units and
+/// the names operators give their own).
+fn is_unit(u: &str) -> bool {
+    u.len() <= 32
+        && u.starts_with(|c: char| c.is_ascii_lowercase())
+        && u.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 fn field_of(e: &sluice_core::ParamError) -> &'static str {

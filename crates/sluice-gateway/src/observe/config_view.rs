@@ -6,6 +6,7 @@ use sluice_config::{
     TokenSource,
 };
 use sluice_core::{LeakMode, NANOS_PER_MILLI, Policy};
+use sluice_http::enforce::PolicyInfo;
 use sluice_store::WhenFull;
 
 /// The configuration in force, as the gateway understood it: defaults filled in, durations in
@@ -52,7 +53,7 @@ pub fn config_json(c: &Config) -> Value {
             "url": SecretUrl::new(u.url.clone()).redacted(),
             "timeout_ms": u.timeout / NANOS_PER_MILLI,
         })),
-        "policies": c.policies.iter().map(|p| policy_json(&p.name, &p.policy, p.shadow, p.soft)).collect::<Vec<_>>(),
+        "policies": c.policies.iter().map(|p| policy_json(&PolicyInfo::of_config(p))).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({
             "name": r.name,
             "path": r.path.to_string(),
@@ -129,16 +130,17 @@ fn jwt_json(j: &Jwt) -> Value {
 
 /// A policy as `/config` shows it: its algorithm and parameters (durations in milliseconds,
 /// rates per second), with its `name`, what it does to a request over it (`enforce`: `hard`,
-/// `soft` or `shadow`) and the `shadow` flag.
-pub fn policy_json(name: &str, p: &Policy, shadow: bool, soft: bool) -> Value {
-    let mut v = policy_params(p);
-    v["name"] = json!(name);
-    v["shadow"] = json!(shadow);
-    v["enforce"] = json!(match (shadow, soft) {
+/// `soft` or `shadow`), the `shadow` flag and the `unit` it counts.
+pub fn policy_json(p: &PolicyInfo) -> Value {
+    let mut v = policy_params(&p.policy);
+    v["name"] = json!(p.name);
+    v["shadow"] = json!(p.shadow);
+    v["enforce"] = json!(match (p.shadow, p.soft) {
         (true, _) => "shadow",
         (false, true) => "soft",
         (false, false) => "hard",
     });
+    v["unit"] = json!(p.unit.as_deref().unwrap_or("requests"));
     v
 }
 

@@ -530,10 +530,7 @@ impl Observed {
     /// Every configured limit's counts, route by route, then the decision API's policies that
     /// decided anything.
     pub fn counts(&self, config: &Config) -> Vec<LimitCounts> {
-        let info = |p: usize| {
-            let c = &config.policies[p];
-            PolicyInfo { name: c.name.clone(), policy: c.policy, shadow: c.shadow, soft: c.soft }
-        };
+        let info = |p: usize| PolicyInfo::of_config(&config.policies[p]);
         let mut out = Vec::new();
         for (route, h) in config.routes.iter().zip(&self.routes) {
             for (limit, c) in route.limits.iter().zip(&h.limits) {
@@ -597,11 +594,7 @@ impl FaceObserver {
         let m = observer.metrics();
         let unmatched =
             m.requests.get_or_create_owned(&RequestLabels { route: UNMATCHED_ROUTE.into(), outcome: "unlimited" });
-        let policies = store
-            .policies()
-            .iter()
-            .map(|p| PolicyInfo { name: p.name.clone(), policy: p.policy, shadow: false, soft: false })
-            .collect();
+        let policies = store.policies().iter().map(|p| PolicyInfo::enforced(&p.name, p.policy)).collect();
         Self { recorder: Recorder::new(observer, store.kind(), log), policies, routes: RwLock::default(), unmatched }
     }
 

@@ -414,7 +414,7 @@ impl Inspect for SeedService {
     /// The seed service as a gateway configuration would describe it: one route, one policy.
     fn config_json(&self) -> Value {
         let policies: Vec<Value> =
-            self.policies().iter().map(|p| policy_json(&p.name, &p.policy, false, false)).collect();
+            self.policies().iter().map(|p| policy_json(&PolicyInfo::enforced(&p.name, p.policy))).collect();
         json!({
             "service": "seed",
             "policies": policies,
