@@ -18,3 +18,7 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 56;
 
 /// The largest sliding-log limit: its state holds one timestamp per admitted unit of cost.
 pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+
+/// How long a concurrency slot is held at most (`lease`): a request still running then stops
+/// counting, and a slot an instance never gave back (killed mid-request) comes back.
+pub const DEFAULT_LEASE: &str = "10m";

@@ -46,7 +46,7 @@ mod validate;
 #[cfg(feature = "toml")]
 pub use accepted_keys::accepted_keys;
 pub use cost_from::CostFrom;
-pub use defaults::{DEFAULT_IPV6_PREFIX, DEFAULT_LISTEN, MAX_SLIDING_LOG_LIMIT};
+pub use defaults::{DEFAULT_IPV6_PREFIX, DEFAULT_LEASE, DEFAULT_LISTEN, MAX_SLIDING_LOG_LIMIT};
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use model::*;

@@ -361,6 +361,12 @@ pub struct PolicyConfig {
     /// limit is `cost_from = "response-bytes"` unless `unit` says otherwise; else `unit` (e.g.
     /// `tokens`).
     pub unit: Option<String>,
+    /// Counts requests in flight (`algorithm = "concurrency"`): a request holds `cost` slots
+    /// from its admission until its response ends (or its client leaves), when they are given
+    /// back. `policy` is then a sliding log of leases: `limit` is `max_in_flight`, `window` the
+    /// `lease`, so a slot never given back (an instance killed with requests in flight) comes
+    /// back when its lease ends.
+    pub concurrency: bool,
 }
 
 /// `[[route]]`

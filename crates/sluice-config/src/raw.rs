@@ -71,6 +71,8 @@ pub(crate) struct RawPolicy {
     pub shadow: bool,
     pub enforce: Option<String>,
     pub unit: Option<String>,
+    pub max_in_flight: Option<u64>,
+    pub lease: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

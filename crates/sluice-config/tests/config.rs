@@ -434,3 +434,18 @@ fn a_policy_counts_requests_unless_its_unit_or_its_limits_say_otherwise() {
         assert!(e.starts_with("bad.toml:6: policy[0].unit: `"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn with_redis_check_config_refuses_the_names_the_store_would() {
+    let redis = "[server]\nkey_secret = \"a long random secret of 32 chars!\"\n[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\non_error = \"fail-closed\"\n";
+    let policy = |name: &str| {
+        format!("[[policy]]\nname = \"{name}\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n")
+    };
+    assert!(parse("r.toml", &format!("{redis}key_prefix = \"app-1.eu/v2\"\n{}", policy("per-ip_v2"))).is_ok());
+    let e = error_of(&format!("{redis}key_prefix = \"app:1\"\n"));
+    assert!(e.starts_with("bad.toml:7: store.key_prefix: goes into every Redis key verbatim"), "{e}");
+    let e = error_of(&format!("{redis}{}", policy("per ip")));
+    assert!(e.starts_with("bad.toml:8: policy[0].name: with a Redis store a policy's name goes into"), "{e}");
+    // The memory store takes any name.
+    assert!(parse("m.toml", &policy("per ip {eu}")).is_ok());
+}

@@ -162,12 +162,22 @@ kind = "redis"
 url = "redis://127.0.0.1:6379"
 on_error = "fail-closed"
 timeout_ms = 50
-key_prefix = "sluice-test:"
+key_prefix = "sluice-test"
 
 [identity.jwt]
 hs256_secret_env = "{variable}"
 jwks_file = "{jwks}"
 cookie = "session"
+
+[[policy]]
+name = "in-flight"
+algorithm = "concurrency"
+max_in_flight = 4
+lease = "5m"
+
+[[route]]
+path = "/v1/chat"
+limits = [{{ policy = "in-flight", key = "ip" }}]
 "#,
         key_secret = file("key_secret"),
         jwks = file("jwks.json"),

@@ -20,17 +20,26 @@ pub struct PolicyInfo {
     pub soft: bool,
     /// What it counts, when not requests: the `qu` of its `RateLimit-Policy` item.
     pub unit: Option<String>,
+    /// Counts requests in flight: a request's charge is given back when its response ends.
+    pub concurrency: bool,
 }
 
 impl PolicyInfo {
     /// An enforced policy counting requests: `name`, `policy`.
     pub fn enforced(name: &str, policy: Policy) -> Self {
-        Self { name: name.to_owned(), policy, shadow: false, soft: false, unit: None }
+        Self { name: name.to_owned(), policy, shadow: false, soft: false, unit: None, concurrency: false }
     }
 
     /// A configured policy as the faces describe it.
     pub fn of_config(p: &sluice_config::PolicyConfig) -> Self {
-        Self { name: p.name.clone(), policy: p.policy, shadow: p.shadow, soft: p.soft, unit: p.unit.clone() }
+        Self {
+            name: p.name.clone(),
+            policy: p.policy,
+            shadow: p.shadow,
+            soft: p.soft,
+            unit: p.unit.clone(),
+            concurrency: p.concurrency,
+        }
     }
 
     /// Decided apart from the enforced limits, never denying: shadow or soft.
@@ -185,6 +194,11 @@ impl Enforcer {
     /// Index of the policy called `name`.
     pub fn policy_index(&self, name: &str) -> Option<usize> {
         self.policies.iter().position(|p| p.name == name)
+    }
+
+    /// The description of policy `i` (as checks index it).
+    pub fn policy(&self, i: usize) -> Option<&PolicyInfo> {
+        self.policies.get(i)
     }
 
     /// The limit a response to `checks` describes: the one that denied, or the one closest to

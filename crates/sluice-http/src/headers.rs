@@ -94,8 +94,13 @@ impl<'a> LimitView<'a> {
         Self { name, window: quota_window(policy), decision, partition_key: None, unit: None }
     }
 
-    /// The view of `decision` under the configured policy `info` (its unit included).
-    pub fn of(info: &'a crate::enforce::PolicyInfo, decision: Decision) -> Self {
+    /// The view of `decision` under the configured policy `info` (its unit included). A
+    /// concurrency limit's slot comes back when any of its requests ends, not when a lease
+    /// does: its client is told to retry in a second, at most.
+    pub fn of(info: &'a crate::enforce::PolicyInfo, mut decision: Decision) -> Self {
+        if info.concurrency {
+            decision.retry_after = decision.retry_after.min(NANOS_PER_SEC);
+        }
         Self { unit: info.unit.as_deref(), ..Self::new(&info.name, &info.policy, decision) }
     }
 

@@ -76,7 +76,7 @@ use sluice_store::Settle;
 use crate::body_key::{BodyKind, body_kind, keyable_body, needs_body};
 use crate::identity::Client;
 use crate::keys::RequestFacts;
-use crate::meter::Meter;
+use crate::meter::{Meter, Reading};
 use crate::pipeline::{Action, Checks, Limiter, Refusal, Ruling, route_path};
 use crate::response::Answer;
 
@@ -362,18 +362,22 @@ macro_rules! act {
         // Only the response is held across the settlement: a face's error need not be `Send`.
         let mut response = match $face.pass_on(request, at, ruling).await {
             Ok(response) => response,
-            Err(e) => return lifecycle.passed::<$face_type>(at, ruling, Err(e)),
+            Err(e) => {
+                // No response: the request is over (its concurrency slots given back as the
+                // meter drops; its costs keep their reservations).
+                drop(lifecycle.response_costs($limits, ruling, None));
+                return lifecycle.passed::<$face_type>(at, ruling, Err(e));
+            }
         };
         // Limits whose cost the response says: their reservations settled to it, from its
-        // head now, from its body when the body ends.
-        if let Some(headers) = <$face_type as Face>::headers_mut(&mut response) {
-            let (now, meter) = lifecycle.response_costs($limits, ruling, headers);
-            if !now.is_empty() {
-                lifecycle.limiter.settle(&now).await;
-            }
-            if let Some(meter) = meter {
-                response = <$face_type as Face>::meter(response, meter);
-            }
+        // head now, from its body when the body ends (and concurrency slots given back then).
+        let (now, meter) =
+            lifecycle.response_costs($limits, ruling, <$face_type as Face>::headers_mut(&mut response).map(|h| &*h));
+        if !now.is_empty() {
+            lifecycle.limiter.settle(&now).await;
+        }
+        if let Some(meter) = meter {
+            response = <$face_type as Face>::meter(response, meter);
         }
         lifecycle.passed::<$face_type>(at, ruling, Ok(response))
     }};
@@ -559,40 +563,48 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// The settlements a passed request's response asks for: each charged check whose limit
-    /// (among `limits`, the face's list) reads its cost from the response. Those read from the
-    /// head (`response-header:NAME`), settled to what it says (a response that does not say —
+    /// (among `limits`, the face's list) reads its cost from the response, or holds a
+    /// concurrency slot. Those read from the head (`response-header:NAME`, of `headers`: none
+    /// when the face has no response), settled to what it says (a response that does not say —
     /// the header missing, repeated, or not a whole number — leaves the reservation as it was);
-    /// and a meter for those read from the body. Empty, without allocating, when no limit reads
-    /// its cost from the response.
+    /// and a meter for the others, settled when the body ends. Empty, without allocating, when
+    /// no limit reads its cost from the response or counts requests in flight.
     fn response_costs(
         &self,
         limits: &[RouteLimit],
         ruling: &Ruling<'_>,
-        headers: &HeaderMap,
+        headers: Option<&HeaderMap>,
     ) -> (Vec<Settle>, Option<Meter>) {
-        if !limits.iter().any(|l| l.cost_from.is_some()) {
+        let enforcer = self.limiter.enforcer();
+        let held = |policy: usize| enforcer.policy(policy).is_some_and(|p| p.concurrency);
+        if !limits.iter().any(|l| l.cost_from.is_some() || held(l.policy)) {
             return (Vec::new(), None);
         }
         let Ok(outcome) = &ruling.outcome else { return (Vec::new(), None) };
-        let enforcer = self.limiter.enforcer();
         let mut from_body = Vec::new();
         let now = enforcer
             .charged(&ruling.checks, outcome)
-            .filter_map(|(i, settle)| match limits.get(ruling.positions[i])?.cost_from.as_ref()? {
-                CostFrom::ResponseHeader(name) => match response_cost(headers, name) {
+            .filter_map(|(i, settle)| {
+                if held(settle.check.policy) {
+                    from_body.push((settle, Reading::Release));
+                    return None;
+                }
+                let from = limits.get(ruling.positions[i])?.cost_from.as_ref()?;
+                let CostFrom::ResponseHeader(name) = from else {
+                    from_body.push((settle, Reading::of(from)?));
+                    return None;
+                };
+                match headers.and_then(|h| response_cost(h, name)) {
                     Some(actual) => Some(Settle { actual, ..settle }),
                     None => {
                         tracing::debug!(target: "sluice::settle", header = %name, "the response does not say what it cost: the reservation stands");
                         None
                     }
-                },
-                body => {
-                    from_body.push((settle, body.clone()));
-                    None
                 }
             })
             .collect();
-        (now, Meter::new(enforcer.store().clone(), from_body, headers))
+        let none = HeaderMap::new();
+        (now, Meter::new(enforcer.store().clone(), from_body, headers.unwrap_or(&none)))
     }
 
     /// A decided request's answer (a denial, a 503, or the response of what the face passed it

@@ -522,3 +522,44 @@ async fn a_limit_settled_by_the_response_body_charges_the_tokens_of_its_json_or_
     let third = c.get("/v1/chat?used=0", &[]).await;
     assert_eq!(left(&third), 249, "450 used by the stream");
 }
+
+#[tokio::test]
+async fn a_limit_in_flight_holds_a_slot_until_the_response_body_is_done_with() {
+    let streams = NamedPolicy {
+        name: "streams".into(),
+        policy: sluice_core::SlidingLog::new(2, 600 * NANOS_PER_SEC).unwrap().into(),
+    };
+    let store = Arc::new(MemoryStore::new(vec![streams], MemoryOptions::default(), Arc::new(ManualClock::new(T0))));
+    let layer = axum_layer(store).limit_in_flight("streams", "ip").headers(vec![HeaderStyle::Ietf]).build();
+    let handler = || async { Body::new(Chunks(["one".to_string(), "two".to_string()].into())) };
+    let app = Router::new().route("/stream", get(handler)).layer(layer.expect("layer builds"));
+    let call = || {
+        let mut req = http::Request::get("/stream").body(Body::empty()).unwrap();
+        req.extensions_mut().insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
+        app.clone().oneshot(req)
+    };
+    // Read whole, a response gives its slot back: any number, one after another.
+    for _ in 0..4 {
+        let res = call().await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(&res.into_body().collect().await.unwrap().to_bytes()[..], b"onetwo");
+    }
+    // Two responses not yet sent hold both slots.
+    let first = call().await.unwrap();
+    let second = call().await.unwrap();
+    assert_eq!((first.status(), second.status()), (http::StatusCode::OK, http::StatusCode::OK));
+    let third = call().await.unwrap();
+    assert_eq!(third.status(), 429);
+    assert_eq!(third.headers()["retry-after"], "1");
+    assert_eq!(third.headers()["ratelimit-policy"], r#""streams";q=2;qu="concurrent-requests";w=600"#);
+    // One dropped unread (the client left): its slot is back.
+    drop(first);
+    assert_eq!(call().await.unwrap().status(), 200);
+    drop(second);
+
+    // Only a sliding log can hold leases.
+    let bucket = NamedPolicy { name: "b".into(), policy: TokenBucket::new(2, 1.0).unwrap().into() };
+    let store = Arc::new(MemoryStore::new(vec![bucket], MemoryOptions::default(), Arc::new(ManualClock::new(T0))));
+    let refused = axum_layer(store).limit_in_flight("b", "ip").build();
+    assert!(matches!(refused, Err(LayerError::NotALease(name)) if name == "b"));
+}

@@ -30,7 +30,7 @@ pub enum RedisStoreError {
     #[error("breaker failures_to_open must be at least 1")]
     ZeroBreakerFailures,
     /// A name that cannot go into a Redis key.
-    #[error("{field} {value:?} cannot be part of a Redis key: use letters, digits and -_.")]
+    #[error("{field} {value:?} cannot be part of a Redis key: use 1 to 128 ASCII letters, digits and -_./")]
     BadName {
         /// Which name (`key_prefix`, `policy name`).
         field: &'static str,

@@ -60,13 +60,13 @@ impl ScriptPolicy {
     }
 }
 
-/// Accepts names made of ASCII letters, digits and `-_./`; they go into keys verbatim, and
-/// braces would move the Cluster hash tag.
+/// Accepts the names that go into keys verbatim ([`sluice_store::is_key_name`]).
 pub(crate) fn check_name(field: &'static str, value: &str) -> Result<(), RedisStoreError> {
-    let ok = !value.is_empty()
-        && value.len() <= 128
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
-    if ok { Ok(()) } else { Err(RedisStoreError::BadName { field, value: value.to_string() }) }
+    if sluice_store::is_key_name(value) {
+        Ok(())
+    } else {
+        Err(RedisStoreError::BadName { field, value: value.to_string() })
+    }
 }
 
 /// Translates `named` for the script under `prefix`.

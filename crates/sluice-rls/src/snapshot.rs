@@ -89,6 +89,7 @@ impl Snapshot {
                     shadow,
                     soft: false,
                     unit: None,
+                    concurrency: false,
                 });
                 policies.len() - 1
             })

@@ -87,3 +87,17 @@ impl KeyHasher {
         KeyHash(h.finish128().as_bytes())
     }
 }
+
+/// True for a name a shared store puts into its keys verbatim (a Redis key prefix, a policy
+/// name): 1 to 128 ASCII letters, digits and `-_./`. Braces would move a Redis Cluster hash tag,
+/// and spaces or colons make keys that tools misread. Checked by the configuration's validator
+/// (so `check-config` refuses what the store would) and by the Redis store.
+///
+/// ```
+/// use sluice_store::is_key_name;
+/// assert!(is_key_name("sluice") && is_key_name("per-ip_v2.1/eu"));
+/// assert!(!is_key_name("") && !is_key_name("a:b") && !is_key_name("{tag}") && !is_key_name("naïve"));
+/// ```
+pub fn is_key_name(value: &str) -> bool {
+    !value.is_empty() && value.len() <= 128 && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+}

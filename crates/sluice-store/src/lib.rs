@@ -32,7 +32,7 @@ mod key;
 mod memory;
 mod store;
 
-pub use key::{KeyHash, KeyHasher};
+pub use key::{KeyHash, KeyHasher, is_key_name};
 pub use memory::{
     Boot, CONTINUE_WITHIN, FRESH_SCAN, FoldSize, LRU_SAMPLE, Loaded, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore,
     Moment, PolicyRestore, PolicyStats, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION, WhenFull,

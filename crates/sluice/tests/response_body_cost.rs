@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::raw::{Resp, http, read_head, upstream};
+use support::raw::{Resp, http, open_until, read_head, upstream};
 use support::{Serve, TempDir};
 
 /// An upstream in the OpenAI style. By query: `used=N` the tokens it reports; `stream` answers
@@ -154,16 +154,8 @@ fn a_stream_is_settled_to_its_last_usage_event_also_when_the_client_leaves() {
 
     // A stream that never ends: the client reads the usage event and leaves. The reservation is
     // settled to what was sent (the usage it carried), not left at its estimate.
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.write_all(b"GET /v1/chat/completions?stream&hang&used=500 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0; 4096];
-    while !String::from_utf8_lossy(&seen).contains("\"total_tokens\":500") {
-        let n = c.read(&mut buf).expect("the stream's events");
-        assert!(n > 0, "the stream ended early: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let request = b"GET /v1/chat/completions?stream&hang&used=500 HTTP/1.1\r\nHost: t\r\n\r\n";
+    let (c, _) = open_until(addr, request, "\"total_tokens\":500");
     drop(c);
     let after = settles_to(addr, "/v1/x?used=0", "tokens", 800 - 500 - 1);
     assert_eq!(after.remaining_of("tokens"), 299, "settled to the 500 tokens of the event sent");

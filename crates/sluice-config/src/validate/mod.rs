@@ -26,10 +26,12 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
     let upstream = raw.upstream.map(|u| upstream::upstream(src, u)).transpose()?;
     let mut policies = Vec::with_capacity(raw.policy.len());
     let mut by_name = HashMap::new();
+    let mut spans = Vec::with_capacity(raw.policy.len());
     // The units the file gives (`requests` included), before any is inferred.
     let raw_units: Vec<Option<String>> = raw.policy.iter().map(|p| p.get_ref().unit.clone()).collect();
     for (i, p) in raw.policy.into_iter().enumerate() {
         let span = p.span();
+        spans.push(span.clone());
         let pc = policy::policy(src, i, &span, p.into_inner())?;
         if by_name.insert(pc.name.clone(), i).is_some() {
             let line = src.field_line(&span, "name");
@@ -67,6 +69,14 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
              different keys and each instance grants the full limit",
         ));
     }
+    let misnamed = policies.iter().enumerate().find(|(_, p)| !sluice_store::is_key_name(&p.name));
+    if let (StoreConfig::Redis { .. }, Some((i, p))) = (&store, misnamed) {
+        return Err(src.error(
+            Some(src.field_line(&spans[i], "name")),
+            format!("policy[{i}].name"),
+            format!("with a Redis store a policy's name {}: `{}` is not", store::KEY_NAME, p.name),
+        ));
+    }
     if matches!(store, StoreConfig::Memory { snapshot: Some(_), .. }) && server.key_secret.is_none() {
         let span = store_span.unwrap_or(0..0);
         return Err(src.error(
@@ -88,7 +98,25 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         .transpose()?;
     let decision_log = decision_log::decision_log(src, raw.decision_log)?;
     let rls = raw.rls.map(|r| rls::rls(src, r)).transpose()?;
+    let forward_auth_span = raw.forward_auth.as_ref().map(|f| f.span());
     let forward_auth = raw.forward_auth.map(|f| forward_auth::forward_auth(src, f, &server)).transpose()?;
+    if let Some(span) = forward_auth_span {
+        let held = routes.iter().enumerate().find_map(|(i, r)| {
+            let l = r.limits.iter().find(|l| policies[l.policy].concurrency)?;
+            Some((i, &policies[l.policy].name))
+        });
+        if let Some((route, policy)) = held {
+            return Err(src.error(
+                Some(src.field_line(&span, "path")),
+                "forward_auth",
+                format!(
+                    "route[{route}] limits requests in flight (policy `{policy}`), which forward-auth cannot do: the \
+                     proxy never says when the request it asked about ends, so its slot would be held for the whole \
+                     lease. Limit concurrency with sluice as the gateway or the tower layer"
+                ),
+            ));
+        }
+    }
     Ok(Config {
         server,
         upstream,

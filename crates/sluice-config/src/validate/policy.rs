@@ -6,7 +6,7 @@ use sluice_core::{
     ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket,
 };
 
-use crate::defaults::MAX_SLIDING_LOG_LIMIT;
+use crate::defaults::{DEFAULT_LEASE, MAX_SLIDING_LOG_LIMIT};
 use crate::duration::parse_duration;
 use crate::error::{ConfigError, Source};
 use crate::model::*;
@@ -24,7 +24,7 @@ pub(super) fn policy(
     if p.name.is_empty() {
         return Err(err("name", "must not be empty".into()));
     }
-    let present: [(&str, bool); 7] = [
+    let present: [(&str, bool); 9] = [
         ("limit", p.limit.is_some()),
         ("window", p.window.is_some()),
         ("capacity", p.capacity.is_some()),
@@ -32,19 +32,40 @@ pub(super) fn policy(
         ("rate_per_second", p.rate_per_second.is_some()),
         ("mode", p.mode.is_some()),
         ("delay", p.delay.is_some()),
+        ("max_in_flight", p.max_in_flight.is_some()),
+        ("lease", p.lease.is_some()),
     ];
+    let only = |allowed: &[&str]| match present.iter().find(|(f, there)| *there && !allowed.contains(f)) {
+        Some((field, _)) => {
+            Err(err(field, format!("does not apply to {} (it takes {})", p.algorithm, allowed.join(", "))))
+        }
+        None => Ok(()),
+    };
+    if p.algorithm == "concurrency" {
+        only(&["max_in_flight", "lease"])?;
+        let max = p.max_in_flight.ok_or_else(|| err("max_in_flight", "concurrency needs `max_in_flight`".into()))?;
+        if max == 0 || max > MAX_SLIDING_LOG_LIMIT {
+            return Err(err(
+                "max_in_flight",
+                format!("{max}: a concurrency limit holds 1 to {MAX_SLIDING_LOG_LIMIT} requests in flight"),
+            ));
+        }
+        let lease = parse_duration(p.lease.as_deref().unwrap_or(DEFAULT_LEASE)).map_err(|m| err("lease", m))?;
+        let policy = SlidingLog::new(max, lease).map_err(|e| err("lease", e.to_string()))?.into();
+        let (shadow, soft) = enforcement(&p.enforce, p.shadow).map_err(|(f, m)| err(f, m))?;
+        let unit = unit(p.unit).map_err(|m| err("unit", m))?.or_else(|| Some("concurrent-requests".into()));
+        return Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, concurrency: true });
+    }
     let Some(kind) = AlgorithmKind::parse(&p.algorithm) else {
         let known = ALGORITHM_NAMES.join(", ");
-        return Err(err("algorithm", format!("unknown algorithm `{}` ({known})", p.algorithm)));
+        return Err(err("algorithm", format!("unknown algorithm `{}` ({known}, concurrency)", p.algorithm)));
     };
     let allowed: &[&str] = match kind {
         AlgorithmKind::FixedWindow | AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => &["limit", "window"],
         AlgorithmKind::TokenBucket => &["capacity", "refill_per_second"],
         AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay"],
     };
-    if let Some((field, _)) = present.iter().find(|(f, there)| *there && !allowed.contains(f)) {
-        return Err(err(field, format!("does not apply to {} (it takes {})", p.algorithm, allowed.join(", "))));
-    }
+    only(allowed)?;
     let need = |field: &str| err(field, format!("{} needs `{field}`", p.algorithm));
     let param = |field: &str, e: sluice_core::ParamError| err(field, e.to_string());
     let windowed = || -> Result<(u64, u64), ConfigError> {
@@ -94,38 +115,41 @@ pub(super) fn policy(
             LeakyBucket::new(r, c, mode).map_err(|e| param(field_of(&e), e))?.into()
         }
     };
-    let (shadow, soft) = match (p.enforce.as_deref(), p.shadow) {
-        (None, shadow) => (shadow, false),
-        (Some("shadow"), _) => (true, false),
-        (Some("hard"), false) => (false, false),
-        (Some("soft"), false) => (false, true),
+    let (shadow, soft) = enforcement(&p.enforce, p.shadow).map_err(|(f, m)| err(f, m))?;
+    let unit = unit(p.unit).map_err(|m| err("unit", m))?;
+    Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, concurrency: false })
+}
+
+/// `(shadow, soft)` from `enforce` and the older `shadow` flag; or the field at fault and why.
+fn enforcement(enforce: &Option<String>, shadow: bool) -> Result<(bool, bool), (&'static str, String)> {
+    match (enforce.as_deref(), shadow) {
+        (None, shadow) => Ok((shadow, false)),
+        (Some("shadow"), _) => Ok((true, false)),
+        (Some("hard"), false) => Ok((false, false)),
+        (Some("soft"), false) => Ok((false, true)),
         (Some("hard" | "soft"), true) => {
-            return Err(err("shadow", "`shadow = true` is `enforce = \"shadow\"`: give one of them".into()));
+            Err(("shadow", "`shadow = true` is `enforce = \"shadow\"`: give one of them".into()))
         }
-        (Some(other), _) => {
-            return Err(err(
-                "enforce",
-                format!(
-                    "`{other}` is not one of `hard` (deny), `soft` (pass and tell the upstream), `shadow` (pass, tell nobody)"
-                ),
-            ));
-        }
-    };
-    let unit = match p.unit {
-        Some(u) if u == "requests" => None,
-        Some(u) if is_unit(&u) => Some(u),
-        Some(u) => {
-            return Err(err(
-                "unit",
-                format!(
-                    "`{u}` is not a unit: lowercase letters, digits and `-`, starting with a letter, at most 32 \
-                     (`requests`, `content-bytes`, `concurrent-requests`, or your own, e.g. `tokens`)"
-                ),
-            ));
-        }
-        None => None,
-    };
-    Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit })
+        (Some(other), _) => Err((
+            "enforce",
+            format!(
+                "`{other}` is not one of `hard` (deny), `soft` (pass and tell the upstream), `shadow` (pass, tell nobody)"
+            ),
+        )),
+    }
+}
+
+/// The unit the file gives: `None` for requests (or none given).
+fn unit(given: Option<String>) -> Result<Option<String>, String> {
+    match given {
+        Some(u) if u == "requests" => Ok(None),
+        Some(u) if is_unit(&u) => Ok(Some(u)),
+        Some(u) => Err(format!(
+            "`{u}` is not a unit: lowercase letters, digits and `-`, starting with a letter, at most 32 \
+             (`requests`, `content-bytes`, `concurrent-requests`, or your own, e.g. `tokens`)"
+        )),
+        None => Ok(None),
+    }
 }
 
 /// A quota unit as sluice writes it: a short lowercase word (the draft's registered units and

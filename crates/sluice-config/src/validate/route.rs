@@ -136,6 +136,15 @@ pub(super) fn route(
                 Some(PlanChoice { plan: None, .. }) => "default_policy".to_string(),
             };
             let policy = *policies.get(&name).ok_or_else(|| lerr(&field, format!("no policy named `{name}`")))?;
+            if configured[policy].concurrency && cost_from.is_some() {
+                return Err(lerr(
+                    "cost_from",
+                    format!(
+                        "policy `{name}` counts requests in flight: their slots are given back when the response \
+                         ends, there is no cost to read from it"
+                    ),
+                ));
+            }
             configured[policy].policy.check_cost(cost).map_err(|e| {
                 let limit = e.capacity;
                 lerr(&field, format!("cost {cost} exceeds policy `{name}`'s limit {limit}: no request could pass"))

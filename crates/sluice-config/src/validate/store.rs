@@ -89,13 +89,11 @@ pub(super) fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> R
             if timeout_ms == 0 {
                 return Err(err("timeout_ms", "must be at least 1".into()));
             }
-            Ok(StoreConfig::Redis {
-                urls,
-                cluster: s.cluster,
-                on_error,
-                timeout_ms,
-                key_prefix: s.key_prefix.unwrap_or_else(|| "sluice".into()),
-            })
+            let key_prefix = s.key_prefix.unwrap_or_else(|| "sluice".into());
+            if !sluice_store::is_key_name(&key_prefix) {
+                return Err(err("key_prefix", format!("{KEY_NAME}: `{key_prefix}` is not")));
+            }
+            Ok(StoreConfig::Redis { urls, cluster: s.cluster, on_error, timeout_ms, key_prefix })
         }
         other => Err(err("kind", format!("unknown store `{other}` (memory, redis)"))),
     }
@@ -152,3 +150,6 @@ fn when_full(s: &RawStore) -> Result<WhenFull, (&'static str, String)> {
     }
     Ok(WhenFull::Fold(size))
 }
+
+/// What a name that goes into Redis keys may hold ([`sluice_store::is_key_name`]).
+pub(super) const KEY_NAME: &str = "goes into every Redis key verbatim: 1 to 128 ASCII letters, digits and -_./";

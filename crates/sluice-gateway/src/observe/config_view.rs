@@ -132,7 +132,16 @@ fn jwt_json(j: &Jwt) -> Value {
 /// rates per second), with its `name`, what it does to a request over it (`enforce`: `hard`,
 /// `soft` or `shadow`), the `shadow` flag and the `unit` it counts.
 pub fn policy_json(p: &PolicyInfo) -> Value {
-    let mut v = policy_params(&p.policy);
+    // A concurrency limit is kept as a sliding log of leases: shown as configured.
+    let mut v = if p.concurrency {
+        json!({
+            "algorithm": "concurrency",
+            "max_in_flight": p.policy.limit(),
+            "lease_ms": p.policy.window() / NANOS_PER_MILLI,
+        })
+    } else {
+        policy_params(&p.policy)
+    };
     v["name"] = json!(p.name);
     v["shadow"] = json!(p.shadow);
     v["enforce"] = json!(match (p.shadow, p.soft) {

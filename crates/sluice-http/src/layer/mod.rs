@@ -14,7 +14,7 @@ use sluice_config::{HeaderStyle, KeySource, KeySpec, RouteLimit};
 use sluice_store::{KeyHasher, Store};
 use tower::{Layer, Service};
 
-use crate::enforce::Enforcer;
+use crate::enforce::{Enforcer, PolicyInfo};
 use crate::identity::ClientIdentity;
 use crate::jwt::JwtVerifier;
 use crate::keys::KeyBuilder;
@@ -95,6 +95,9 @@ pub enum LayerError {
         /// The policy's limit.
         limit: u64,
     },
+    /// A limit on requests in flight whose store policy is not a sliding log (of leases).
+    #[error("`{0}` limits requests in flight: its store policy must be a sliding log (max in flight, lease)")]
+    NotALease(String),
 }
 
 /// What a limit's key can be written as: the configuration file's text, one part (`"ip"`,
@@ -151,6 +154,8 @@ struct AskedLimit {
     cost: u64,
     /// Where the response says what the request really cost.
     cost_from: Option<sluice_config::CostFrom>,
+    /// Counts requests in flight (released when the response body ends).
+    in_flight: bool,
 }
 
 /// Builds a [`RateLimitLayer`].
@@ -196,7 +201,13 @@ impl RateLimitLayerBuilder {
 
     /// Adds a limit whose every request costs `cost` (an expensive endpoint spends more).
     pub fn limit_with_cost(mut self, policy: &str, key: impl IntoKey, cost: u64) -> Self {
-        self.limits.push(AskedLimit { policy: policy.to_string(), key: key.into_key(), cost, cost_from: None });
+        self.limits.push(AskedLimit {
+            policy: policy.to_string(),
+            key: key.into_key(),
+            cost,
+            cost_from: None,
+            in_flight: false,
+        });
         self
     }
 
@@ -227,7 +238,30 @@ impl RateLimitLayerBuilder {
         cost_from: sluice_config::CostFrom,
     ) -> Self {
         let (policy, key) = (policy.to_string(), key.into_key());
-        self.limits.push(AskedLimit { policy, key, cost: estimate, cost_from: Some(cost_from) });
+        self.limits.push(AskedLimit { policy, key, cost: estimate, cost_from: Some(cost_from), in_flight: false });
+        self
+    }
+
+    /// Adds a limit on requests in flight: a request holds a slot of `policy` from its admission
+    /// until the inner service's response body ends (or is dropped: the client left). `policy`
+    /// is a sliding log in the store: its limit is the most requests in flight per key, its
+    /// window the lease (the longest a slot is held, after which a slot never given back —
+    /// an instance killed mid-request, on a shared store — comes back).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// use sluice_core::{NANOS_PER_SEC, Policy, SlidingLog};
+    /// # use sluice_core::ManualClock;
+    /// use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy, Store};
+    /// use sluice_http::layer::RateLimitLayer;
+    /// let streams = NamedPolicy { name: "streams".into(), policy: SlidingLog::new(4, 600 * NANOS_PER_SEC).unwrap().into() };
+    /// # let store: Arc<dyn Store> = Arc::new(MemoryStore::new(vec![streams], MemoryOptions::default(), Arc::new(ManualClock::new(0))));
+    /// let layer = RateLimitLayer::builder(store).limit_in_flight("streams", "header:x-api-key").build();
+    /// assert!(layer.is_ok());
+    /// ```
+    pub fn limit_in_flight(mut self, policy: &str, key: impl IntoKey) -> Self {
+        let (policy, key) = (policy.to_string(), key.into_key());
+        self.limits.push(AskedLimit { policy, key, cost: 1, cost_from: None, in_flight: true });
         self
     }
 
@@ -308,12 +342,22 @@ impl RateLimitLayerBuilder {
         if self.store.shared() && !self.secret_given {
             return Err(LayerError::SharedStoreNeedsSecret(self.store.kind()));
         }
-        let enforcer = Enforcer::of_store(self.store);
+        let mut infos: Vec<PolicyInfo> =
+            self.store.policies().iter().map(|p| PolicyInfo::enforced(&p.name, p.policy)).collect();
         let mut limits = Vec::new();
-        for AskedLimit { policy: name, key, cost, cost_from } in self.limits {
+        for AskedLimit { policy: name, key, cost, cost_from, in_flight } in self.limits {
             let key = key.map_err(|error| LayerError::Key { policy: name.clone(), error })?;
-            let Some(policy) = enforcer.policy_index(&name) else { return Err(LayerError::UnknownPolicy(name)) };
-            let limit = enforcer.policies()[policy].policy.limit();
+            let Some(policy) = infos.iter().position(|p| p.name == name) else {
+                return Err(LayerError::UnknownPolicy(name));
+            };
+            if in_flight {
+                if !matches!(infos[policy].policy, sluice_core::Policy::SlidingLog(_)) {
+                    return Err(LayerError::NotALease(name));
+                }
+                infos[policy].concurrency = true;
+                infos[policy].unit = Some("concurrent-requests".into());
+            }
+            let limit = infos[policy].policy.limit();
             if sluice_core::check_cost(cost, limit).is_err() {
                 return Err(LayerError::Cost { policy: name, cost, limit });
             }
@@ -322,6 +366,7 @@ impl RateLimitLayerBuilder {
             }
             limits.push(RouteLimit { policy, key, cost, cost_from, plan: None });
         }
+        let enforcer = Enforcer::new(self.store, infos);
         #[cfg(feature = "jwt")]
         let verifier = self.jwt.as_ref().map(|j| {
             let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SystemClock::new());

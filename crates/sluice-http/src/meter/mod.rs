@@ -1,6 +1,7 @@
 //! What a response's body says a request cost: the limits whose `cost_from` reads the body
 //! (`response-bytes`, `response-json:POINTER`) settle their reservations when the body ends —
-//! or when the client leaves mid-stream, to what was sent by then.
+//! or when the client leaves mid-stream, to what was sent by then — and concurrency limits give
+//! their slots back.
 //!
 //! A face that passes requests on wraps the response's body in [`Metered`]; the lifecycle
 //! gives it a [`Meter`] when a limit asks for one. The meter sees each data frame as it goes
@@ -11,9 +12,8 @@
 //! use bytes::Bytes;
 //! use http::HeaderMap;
 //! use http_body_util::{BodyExt, Full};
-//! use sluice_config::CostFrom;
 //! use sluice_core::{ManualClock, TokenBucket};
-//! use sluice_http::meter::{Meter, Metered};
+//! use sluice_http::meter::{Meter, Metered, Reading};
 //! use sluice_store::{Check, MemoryOptions, MemoryStore, NamedPolicy, Settle, Store};
 //!
 //! let bucket = NamedPolicy { name: "bytes".into(), policy: TokenBucket::new(1000, 1.0).unwrap().into() };
@@ -24,7 +24,7 @@
 //!
 //! // The response is 300 bytes: the reservation of 1 is settled to 300 when it has been sent.
 //! let settle = Settle { check, charged_at: verdict.charged_at(0), actual: 1 };
-//! let meter = Meter::new(store.clone(), vec![(settle, CostFrom::ResponseBytes)], &HeaderMap::new()).unwrap();
+//! let meter = Meter::new(store.clone(), vec![(settle, Reading::Bytes)], &HeaderMap::new()).unwrap();
 //! let mut body = Metered::new(Full::new(Bytes::from(vec![b'x'; 300])));
 //! body.attach(meter);
 //! let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -53,12 +53,35 @@ use events::Events;
 /// response at most.
 pub const MAX_JSON_BYTES: usize = 1024 * 1024;
 
+/// What a charge is settled to when the response's body ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reading {
+    /// The whole number at this JSON pointer (of the body, or of an event stream's last event
+    /// that has it); the reservation stands when there is none.
+    Json(String),
+    /// The body bytes sent.
+    Bytes,
+    /// Nothing: a slot of a concurrency limit, held while the response lives, given back.
+    Release,
+}
+
+impl Reading {
+    /// What a limit's `cost_from` reads from the body; `None` for what is read from the head.
+    pub fn of(from: &CostFrom) -> Option<Self> {
+        match from {
+            CostFrom::ResponseHeader(_) => None,
+            CostFrom::ResponseJson(pointer) => Some(Reading::Json(pointer.clone())),
+            CostFrom::ResponseBytes => Some(Reading::Bytes),
+        }
+    }
+}
+
 /// The settlements a response's body decides, and what it has read of the body so far.
 pub struct Meter {
     /// Where the charges were made, and are settled.
     store: Arc<dyn Store>,
-    /// Each charge, and where its cost is read.
-    pending: Vec<(Settle, CostFrom)>,
+    /// Each charge, and what it is settled to.
+    pending: Vec<(Settle, Reading)>,
     /// Data bytes sent so far.
     sent: u64,
     /// How the body's JSON is read, if a charge needs it.
@@ -86,14 +109,13 @@ impl std::fmt::Debug for Meter {
 }
 
 impl Meter {
-    /// A meter settling `pending` (charges made in `store`, and where each one's cost is read)
-    /// from the body of a response with `headers`. `None` when no charge reads the body.
-    pub fn new(store: Arc<dyn Store>, pending: Vec<(Settle, CostFrom)>, headers: &HeaderMap) -> Option<Self> {
-        let pending: Vec<_> = pending.into_iter().filter(|(_, from)| from.reads_body()).collect();
+    /// A meter settling `pending` (charges made in `store`, and what each is settled to) from
+    /// the body of a response with `headers`. `None` when there is nothing to settle.
+    pub fn new(store: Arc<dyn Store>, pending: Vec<(Settle, Reading)>, headers: &HeaderMap) -> Option<Self> {
         if pending.is_empty() {
             return None;
         }
-        let reads_json = pending.iter().any(|(_, from)| matches!(from, CostFrom::ResponseJson(_)));
+        let reads_json = pending.iter().any(|(_, r)| matches!(r, Reading::Json(_)));
         let json = if !reads_json {
             Json::Off
         } else if encoded(headers) {
@@ -107,10 +129,13 @@ impl Meter {
         Some(Self { store, pending, sent: 0, json, done: false })
     }
 
-    /// Gives up: the charges keep their reservations (a face that cannot see the body).
+    /// Gives up reading the body (a face that cannot see it, or a response that is not the one
+    /// the limits meant: sluice's own): the costs keep their reservations; the request is over,
+    /// so its concurrency slots are given back.
     pub fn unmetered(mut self) {
         tracing::debug!(target: "sluice::settle", "this response's body is not metered: the reservation stands");
-        self.done = true;
+        self.pending.retain(|(_, r)| *r == Reading::Release);
+        self.finish(false);
     }
 
     /// Reads a body that is all there (a face's buffered response), and settles.
@@ -143,14 +168,14 @@ impl Meter {
                     // Most events (one per token) carry no usage: parsed only if they might.
                     let Some(doc) = pending
                         .iter()
-                        .any(|(_, from)| names_first(from, event))
+                        .any(|(_, r)| names_first(r, event))
                         .then(|| serde_json::from_slice::<Value>(event).ok())
                         .flatten()
                     else {
                         return;
                     };
-                    for ((_, from), found) in pending.iter().zip(found.iter_mut()) {
-                        if let Some(n) = at_pointer(&doc, from) {
+                    for ((_, r), found) in pending.iter().zip(found.iter_mut()) {
+                        if let Some(n) = at_pointer(&doc, r) {
                             *found = Some(n);
                         }
                     }
@@ -172,15 +197,15 @@ impl Meter {
             .pending
             .iter()
             .enumerate()
-            .filter_map(|(i, (settle, from))| {
-                let actual = match (from, &self.json) {
-                    (CostFrom::ResponseBytes, _) => Some(self.sent),
-                    (CostFrom::ResponseJson(_), Json::Events(_, found)) => found[i],
-                    (CostFrom::ResponseJson(_), _) => doc.as_ref().and_then(|d| at_pointer(d, from)),
-                    (CostFrom::ResponseHeader(_), _) => None,
+            .filter_map(|(i, (settle, reading))| {
+                let actual = match (reading, &self.json) {
+                    (Reading::Release, _) => Some(0),
+                    (Reading::Bytes, _) => Some(self.sent),
+                    (Reading::Json(_), Json::Events(_, found)) => found[i],
+                    (Reading::Json(_), _) => doc.as_ref().and_then(|d| at_pointer(d, reading)),
                 };
                 if actual.is_none() {
-                    tracing::debug!(target: "sluice::settle", cost_from = %from, complete, "the response did not say what it cost: the reservation stands");
+                    tracing::debug!(target: "sluice::settle", ?reading, complete, "the response did not say what it cost: the reservation stands");
                 }
                 actual.map(|actual| Settle { actual, ..*settle })
             })
@@ -231,16 +256,16 @@ fn event_stream(headers: &HeaderMap) -> bool {
     })
 }
 
-/// The whole number at `from`'s pointer in `doc`, if there is one there.
-fn at_pointer(doc: &Value, from: &CostFrom) -> Option<u64> {
-    let CostFrom::ResponseJson(pointer) = from else { return None };
+/// The whole number at `reading`'s pointer in `doc`, if there is one there.
+fn at_pointer(doc: &Value, reading: &Reading) -> Option<u64> {
+    let Reading::Json(pointer) = reading else { return None };
     doc.pointer(pointer)?.as_u64()
 }
 
-/// True when `event` might hold `from`'s pointer: its first name appears in it, quoted. (A
+/// True when `event` might hold `reading`'s pointer: its first name appears in it, quoted. (A
 /// name spelled with escapes is missed: that event's cost is not read, never a wrong one.)
-fn names_first(from: &CostFrom, event: &[u8]) -> bool {
-    let CostFrom::ResponseJson(pointer) = from else { return false };
+fn names_first(reading: &Reading, event: &[u8]) -> bool {
+    let Reading::Json(pointer) = reading else { return false };
     let first = pointer[1..].split('/').next().unwrap_or_default().replace("~1", "/").replace("~0", "~");
     let quoted = format!("\"{first}\"");
     event.windows(quoted.len()).any(|w| w == quoted.as_bytes())

@@ -49,8 +49,8 @@ fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
 /// and dropped; what the key was charged in the end.
 fn sent(from: &str, response: &HeaderMap, chunks: &[&[u8]], frames: usize) -> u64 {
     let (store, settle) = reserved();
-    let from = CostFrom::parse(from).unwrap();
-    let meter = Meter::new(store.clone(), vec![(settle, from)], response).expect("a body cost");
+    let reading = Reading::of(&CostFrom::parse(from).unwrap()).expect("a body cost");
+    let meter = Meter::new(store.clone(), vec![(settle, reading)], response).unwrap();
     let mut body = Metered::new(Chunks(chunks.iter().map(|c| Bytes::copy_from_slice(c)).collect()));
     body.attach(meter);
     let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -146,12 +146,9 @@ fn several_charges_settle_each_to_its_own_reading_in_one_settlement() {
     let other = Check { key: KeyHash([4; 16]), ..settle.check };
     let verdict = store.decide_now(&[other]).unwrap();
     let second = Settle { check: other, charged_at: verdict.charged_at(0), actual: 5 };
-    let pending = vec![
-        (settle, CostFrom::parse("response-json:/usage/total_tokens").unwrap()),
-        (second, CostFrom::ResponseBytes),
-        // A header's cost is read from the head, not here.
-        (second, CostFrom::ResponseHeader("x-usage".into())),
-    ];
+    let pending = vec![(settle, Reading::Json("/usage/total_tokens".into())), (second, Reading::Bytes)];
+    // A header's cost is read from the head, not here.
+    assert_eq!(Reading::of(&CostFrom::ResponseHeader("x-usage".into())), None);
     let meter = Meter::new(store.clone(), pending, &headers(&[("content-type", "text/event-stream")])).unwrap();
     let mut body = Metered::new(Chunks(STREAM.iter().map(|c| Bytes::from_static(c)).collect()));
     body.attach(meter);
@@ -166,9 +163,8 @@ fn several_charges_settle_each_to_its_own_reading_in_one_settlement() {
 #[test]
 fn no_meter_without_a_body_cost_and_a_meter_given_up_settles_nothing() {
     let (store, settle) = reserved();
-    let header = vec![(settle, CostFrom::ResponseHeader("x-usage".into()))];
-    assert!(Meter::new(store.clone(), header, &HeaderMap::new()).is_none());
-    Meter::new(store.clone(), vec![(settle, CostFrom::ResponseBytes)], &HeaderMap::new()).unwrap().unmetered();
+    assert!(Meter::new(store.clone(), Vec::new(), &HeaderMap::new()).is_none());
+    Meter::new(store.clone(), vec![(settle, Reading::Bytes)], &HeaderMap::new()).unwrap().unmetered();
     // Unattached, a metered body is the body it wraps.
     let mut body = Metered::new(Chunks([Bytes::from_static(b"ab")].into()));
     let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -224,8 +220,7 @@ impl Store for Awaited {
 #[tokio::test(flavor = "current_thread")]
 async fn a_store_that_must_be_awaited_is_settled_on_a_task() {
     let (store, settle) = reserved();
-    let meter =
-        Meter::new(Arc::new(Awaited(store.clone())), vec![(settle, CostFrom::ResponseBytes)], &HeaderMap::new());
+    let meter = Meter::new(Arc::new(Awaited(store.clone())), vec![(settle, Reading::Bytes)], &HeaderMap::new());
     let mut body = Metered::new(Chunks([Bytes::from_static(b"0123456789")].into()));
     body.attach(meter.unwrap());
     let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -241,8 +236,34 @@ async fn a_store_that_must_be_awaited_is_settled_on_a_task() {
 #[test]
 fn without_a_runtime_an_awaited_settlement_is_given_up_not_a_panic() {
     let (store, settle) = reserved();
-    let meter =
-        Meter::new(Arc::new(Awaited(store.clone())), vec![(settle, CostFrom::ResponseBytes)], &HeaderMap::new());
+    let meter = Meter::new(Arc::new(Awaited(store.clone())), vec![(settle, Reading::Bytes)], &HeaderMap::new());
     meter.unwrap().read_whole(b"0123456789");
     assert_eq!(charged(&store), 5, "the reservation stands");
+}
+
+#[test]
+fn a_concurrency_slot_is_given_back_at_the_end_at_the_client_leaving_or_when_given_up() {
+    for frames in [ALL, 1, 0] {
+        let (store, settle) = reserved();
+        let meter = Meter::new(store.clone(), vec![(settle, Reading::Release)], &HeaderMap::new()).unwrap();
+        let mut body = Metered::new(Chunks([Bytes::from_static(b"ab"), Bytes::from_static(b"cd")].into()));
+        body.attach(meter);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for _ in 0..frames {
+            if !matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(Some(_))) {
+                break;
+            }
+        }
+        drop(body);
+        assert_eq!(charged(&store), 0, "after {frames} frames");
+    }
+    // Given up: the slot is given back, a cost keeps its reservation.
+    let (store, settle) = reserved();
+    let other = Check { key: KeyHash([4; 16]), ..settle.check };
+    let second = Settle { check: other, charged_at: store.decide_now(&[other]).unwrap().charged_at(0), actual: 5 };
+    let pending = vec![(settle, Reading::Release), (second, Reading::Bytes)];
+    Meter::new(store.clone(), pending, &HeaderMap::new()).unwrap().unmetered();
+    assert_eq!(charged(&store), 0, "released");
+    let d = store.decide_now(&[Check { cost: 1, ..other }]).unwrap();
+    assert_eq!(CAPACITY - d.decisions[0].remaining - 1, 5, "the bytes' reservation stands");
 }

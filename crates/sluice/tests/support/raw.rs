@@ -332,3 +332,19 @@ pub fn upstream(answer: fn(TcpStream)) -> SocketAddr {
     });
     addr
 }
+
+/// Sends `request` on a new connection to `addr` and reads until what came back holds `seen`
+/// (at most 10 s); the connection, still open, and what came back.
+pub fn open_until(addr: SocketAddr, request: &[u8], seen: &str) -> (TcpStream, Vec<u8>) {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    c.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0; 4096];
+    while !String::from_utf8_lossy(&got).contains(seen) {
+        let n = c.read(&mut buf).unwrap_or_else(|e| panic!("waiting for {seen:?}: {e}"));
+        assert!(n > 0, "closed before {seen:?}: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    (c, got)
+}
