@@ -88,6 +88,11 @@ fn descriptor_status(
             };
             (limited_status(metrics, r, &d, until, desc), Some(d))
         }
+        // Reported usage: charged, OK whatever is left (Envoy does not wait for the answer).
+        (Decider::Usage(_), _) => {
+            metrics.descriptor(&desc.label, Outcome::Ok, desc.cost);
+            (DescriptorStatus { code: Code::Ok as i32, ..Default::default() }, None)
+        }
         // Nothing matched, or the limit was replaced.
         _ => {
             metrics.descriptor(&desc.label, Outcome::NoLimit, 0);

@@ -32,6 +32,9 @@ pub(crate) enum Decider {
     Over,
     /// Decided by the store: the index of its check among the request's.
     Store(usize),
+    /// Usage reported after the fact (a `stream_done` descriptor with its own `hits_addend`):
+    /// charged by settling, into debt if need be, and OK whatever is left.
+    Usage(Check),
 }
 
 /// What a descriptor with a limit reports.
@@ -121,7 +124,10 @@ pub(crate) fn resolve<'a>(
                     label: (domain_label(known_domain, domain), "(none)".to_string()),
                     matched: None,
                 },
-                Some(m) => configured(snap, domain, m, &entries, cost, checks),
+                Some(m) => {
+                    let reported = d.hits_addend.as_ref().map(|h| h.value).filter(|_| !d.is_negative_hits);
+                    configured(snap, domain, m, &entries, (cost, reported), checks)
+                }
             }
         })
         .collect()
@@ -161,9 +167,16 @@ fn configured<'a>(
     domain: &str,
     m: Matched<'a>,
     entries: &[(&str, &str)],
-    cost: u64,
+    (cost, reported): (u64, Option<u64>),
     checks: &mut Vec<Check>,
 ) -> ResolvedDescriptor<'a> {
+    // A `stream_done` limit is charged only by reports; asked without one, it checks at no cost.
+    let usage = m.limit.stream_done && reported.is_some();
+    let cost = match (m.limit.stream_done, reported) {
+        (true, Some(hits)) => hits,
+        (true, None) => 0,
+        (false, _) => cost,
+    };
     let rate = &m.limit.rate;
     let limit = PbLimit {
         name: rate.name.clone(),
@@ -185,7 +198,12 @@ fn configured<'a>(
             report.window = quota_window(&p);
             report.name = snap.policies[pi].name.clone();
             let counted: Vec<(&str, &str)> = entries.iter().zip(&m.values).map(|(&(k, _), &v)| (k, v)).collect();
-            store_decider(snap, pi, snap.key(pi, domain, &counted), cost, checks)
+            let key = snap.key(pi, domain, &counted);
+            if usage {
+                Decider::Usage(Check { policy: pi, key, cost })
+            } else {
+                store_decider(snap, pi, key, cost, checks)
+            }
         }
         _ => Decider::Over,
     };

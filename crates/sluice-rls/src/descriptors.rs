@@ -68,6 +68,11 @@ pub struct Limit {
     pub shadow: bool,
     /// `detailed_metric`: the request's values go into the metric label.
     pub detailed_metric: bool,
+    /// `stream_done` (sluice's): charged by the usage Envoy reports when a stream is done
+    /// (`apply_on_stream_done`, a descriptor `hits_addend`), into debt if need be, never
+    /// denying then; a request for it without its own `hits_addend` checks what is left at no
+    /// cost (denied while the key owes).
+    pub stream_done: bool,
     /// The domain it belongs to.
     pub domain: String,
     /// The configured path, `key_value.key` (envoyproxy/ratelimit's stat key without the domain).

@@ -95,7 +95,7 @@ pub(crate) fn dir_stamp(dir: &Path) -> DirStamp {
 ///
 /// ```
 /// let e = sluice_rls::parse_file("x.yaml", "domain: x\ndescriptors:\n  - key: k\n    rate_limt: {}\n").unwrap_err();
-/// assert_eq!(e.to_string(), "x.yaml:4: descriptors[0].rate_limt: unknown key (key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata)");
+/// assert_eq!(e.to_string(), "x.yaml:4: descriptors[0].rate_limt: unknown key (key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, stream_done)");
 /// ```
 pub fn parse_file(file: &str, text: &str) -> Result<Descriptors, RlsConfigError> {
     let mut out = Descriptors::default();
@@ -210,7 +210,7 @@ struct Ctx<'a> {
 }
 
 const DESCRIPTOR_KEYS: &str = "key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, \
-                               share_threshold, quota_mode, metadata";
+                               share_threshold, quota_mode, metadata, stream_done";
 const RATE_LIMIT_KEYS: &str =
     "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, unit_multiplier, window";
 
@@ -224,7 +224,7 @@ impl Ctx<'_> {
             let entries = f.map(item, &at)?;
             let mut d = Descriptor::default();
             let (mut key, mut value, mut rate, mut nested) = (None, String::new(), None, None);
-            let (mut shadow, mut detailed) = (false, false);
+            let (mut shadow, mut detailed, mut stream_done) = (false, false, false);
             for (k, v) in entries {
                 let name = f.key(k, &at)?;
                 let here = format!("{at}.{name}");
@@ -235,6 +235,7 @@ impl Ctx<'_> {
                     "descriptors" => nested = Some(v),
                     "shadow_mode" => shadow = f.bool(v, &here)?,
                     "detailed_metric" => detailed = f.bool(v, &here)?,
+                    "stream_done" => stream_done = f.bool(v, &here)?,
                     "value_to_metric" => d.value_to_metric = f.bool(v, &here)?,
                     "share_threshold" => d.share_threshold = f.bool(v, &here)?,
                     "quota_mode" => {
@@ -268,7 +269,8 @@ impl Ctx<'_> {
                 let rate = self.rate_limit(r, &format!("{at}.rate_limit"))?;
                 d.limit = Some(self.limits.len());
                 let domain = self.domain.to_string();
-                self.limits.push(Limit { rate, shadow, detailed_metric: detailed, domain, path: path.clone() });
+                let limit = Limit { rate, shadow, detailed_metric: detailed, stream_done, domain, path: path.clone() };
+                self.limits.push(limit);
             }
             if let Some(n) = nested {
                 self.level(&mut d.next, n, &format!("{at}.descriptors"), &format!("{path}."))?;

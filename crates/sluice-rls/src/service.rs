@@ -10,16 +10,16 @@ use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice_config::{Config, RlsCharge};
-use sluice_core::{Clock, Policy};
+use sluice_core::{Clock, Decision, Policy};
 use sluice_gateway::observe::{LimitCounts, Observer, Reload};
 use sluice_gateway::stores::StoreBuilder;
 use sluice_http::lifecycle::{Counted, Lifecycle};
-use sluice_http::pipeline::Ruling;
-use sluice_store::KeyHasher;
+use sluice_http::pipeline::{Limiter, Ruling};
+use sluice_store::{Check, KeyHasher, Settle};
 use thiserror::Error;
 use tonic::Status;
 
-use crate::descriptor_match::{self, Override, ResolvedDescriptor};
+use crate::descriptor_match::{self, Decider, Override, ResolvedDescriptor};
 use crate::error::RlsConfigError;
 use crate::face::{self, Answering};
 use crate::loader::{DirStamp, load_dir_stamped};
@@ -222,9 +222,26 @@ impl Rls {
         let mut descriptors = descriptor_match::resolve(&snap, request, overrides, &mut checks);
         descriptor_match::apply_replaces(&mut descriptors);
 
+        // Usage Envoy reports when a stream is done: charged whatever is left (a debt the next
+        // requests pay), never denied.
+        let usage: Vec<Settle> = descriptors
+            .iter()
+            .filter_map(|d| match d.decider {
+                Decider::Usage(c) => {
+                    Some(Settle { check: Check { cost: 0, ..c }, charged_at: self.clock.now(), actual: c.cost })
+                }
+                _ => None,
+            })
+            .collect();
+        if !usage.is_empty() {
+            snap.limiter.settle(&usage).await;
+        }
         let over_without_store = descriptors.iter().any(ResolvedDescriptor::over_without_store);
         let live: Vec<usize> = descriptors.iter().filter_map(ResolvedDescriptor::check).collect();
-        let (ruling, decided) = decide_checks(&snap, self.charge, &checks, &live, over_without_store).await;
+        let (mut ruling, mut decided) = decide_checks(&snap, self.charge, &checks, &live, over_without_store).await;
+        if let (Some(r), Ok(decided)) = (&mut ruling, &mut decided) {
+            self.spent_usage(&snap.limiter, (&descriptors, &live), r, decided).await;
+        }
         let face = Answering {
             descriptors: &descriptors,
             decided,
@@ -235,7 +252,7 @@ impl Rls {
         let Some(mut ruling) = ruling else {
             // The store decided nothing: no limit applied (unmatched), or a descriptor is over a
             // limit the store never sees (counted only in `sluice_rls_descriptors_total`).
-            if !over_without_store {
+            if !over_without_store && usage.is_empty() {
                 snap.observed.unmatched();
             }
             return face.answered();
@@ -249,6 +266,46 @@ impl Rls {
             Ok(answer) => answer,
             Err(never) => match never {},
         }
+    }
+
+    /// A `stream_done` limit asked without a report (the request path) checks at no cost: it is
+    /// over when nothing is left of it (its usage is charged later, by the report). The
+    /// request is then denied, and, charged all-or-nothing, the other descriptors' charges are
+    /// given back.
+    async fn spent_usage(
+        &self,
+        limiter: &Limiter,
+        (descriptors, live): (&[ResolvedDescriptor<'_>], &[usize]),
+        ruling: &mut Ruling<'_>,
+        decided: &mut [Option<Decision>],
+    ) {
+        let spent: Vec<usize> = descriptors
+            .iter()
+            .filter(|d| d.cost == 0 && d.matched.is_some_and(|l| l.stream_done))
+            .filter_map(ResolvedDescriptor::check)
+            .filter(|&c| decided[c].is_some_and(|d| d.allowed && d.remaining == 0))
+            .collect();
+        if spent.is_empty() {
+            return;
+        }
+        if self.charge != RlsCharge::Independent && ruling.allowed() {
+            limiter.refund(ruling).await;
+        }
+        let Ok(outcome) = &mut ruling.outcome else { return };
+        for c in spent {
+            let over = |d: &mut Decision| {
+                d.allowed = false;
+                d.retry_after = d.reset_after.max(1);
+            };
+            if let Some(d) = &mut decided[c] {
+                over(d);
+            }
+            if let Some(j) = live.iter().position(|&l| l == c).filter(|&j| j < outcome.decisions.len()) {
+                over(&mut outcome.decisions[j]);
+                outcome.describe = Some(j);
+            }
+        }
+        outcome.allowed = false;
     }
 
     /// The load in use, with the policies of `overrides` it lacks registered first.

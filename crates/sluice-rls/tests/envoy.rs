@@ -42,6 +42,18 @@ impl Drop for Envoy {
 }
 
 fn listener(name: &str, port: u16, deny_on_failure: bool) -> String {
+    let route = r#"
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions:
+                    - request_headers: { header_name: x-user, descriptor_key: user }"#;
+    listener_with(name, port, deny_on_failure, route)
+}
+
+/// A listener whose one route is `route` (its lines after `match`), through the rate-limit
+/// filter asking sluice.
+fn listener_with(name: &str, port: u16, deny_on_failure: bool, route: &str) -> String {
     format!(
         r#"
   - name: {name}
@@ -57,12 +69,7 @@ fn listener(name: &str, port: u16, deny_on_failure: bool) -> String {
             - name: all
               domains: ["*"]
               routes:
-              - match: {{ prefix: "/" }}
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - request_headers: {{ header_name: x-user, descriptor_key: user }}
+              - match: {{ prefix: "/" }}{route}
           http_filters:
           - name: envoy.filters.http.ratelimit
             typed_config:
@@ -106,10 +113,14 @@ fn cluster(name: &str, port: u16, http2: bool) -> String {
 }
 
 fn start_envoy(dir: &Dir, admin: u16, deny: u16, allow: u16, upstream: u16, rls: u16) -> Envoy {
+    let listeners = format!("{}{}", listener("deny", deny, true), listener("allow", allow, false));
+    start_envoy_with(dir, admin, &listeners, upstream, rls)
+}
+
+/// Envoy with `listeners`, its admin on `admin`, the upstream and sluice's gRPC listener.
+fn start_envoy_with(dir: &Dir, admin: u16, listeners: &str, upstream: u16, rls: u16) -> Envoy {
     let config = format!(
-        "admin:\n  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}\nstatic_resources:\n  listeners:{}{}\n  clusters:{}{}",
-        listener("deny", deny, true),
-        listener("allow", allow, false),
+        "admin:\n  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}\nstatic_resources:\n  listeners:{listeners}\n  clusters:{}{}",
         cluster("upstream", upstream, false),
         cluster("rls", rls, true),
     );
@@ -208,5 +219,92 @@ async fn envoy_limits_through_sluice_and_fails_as_configured() {
     }
     let (status, text) = send(allow, "carol").await.unwrap();
     assert_eq!(status, 200, "failure_mode_deny: false lets the request through: {text}");
+    drop(envoy);
+}
+
+const USAGE_LIMITS: &str = "\
+domain: edge
+descriptors:
+  - key: user
+    stream_done: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+";
+
+/// The upstream of an LLM-like API: reports the tokens each request used in `x-usage-tokens`
+/// (`/used/N`), after a body it streams.
+async fn usage_upstream(listener: tokio::net::TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                let used = req.uri().path().strip_prefix("/used/").unwrap_or("0").to_string();
+                let mut res = hyper::Response::new(Full::new(Bytes::from_static(b"completion")));
+                res.headers_mut().insert("x-usage-tokens", used.parse().unwrap());
+                Ok::<_, std::convert::Infallible>(res)
+            });
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_charges_the_usage_it_reports_when_the_stream_is_done() {
+    let rls = Harness::start(Backend::Memory, &[("edge.yaml", USAGE_LIMITS)], "", "").await;
+    let up = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_port = up.local_addr().unwrap().port();
+    tokio::spawn(usage_upstream(up));
+    let (admin, port) = (free_port(), free_port());
+    let rls_port = rls.addr.port();
+    // On the request path the descriptor is checked (at no cost: denied once nothing is left);
+    // when the stream is done Envoy sends it again with the tokens the response reported.
+    let route = r#"
+                route: { cluster: upstream }
+                typed_per_filter_config:
+                  envoy.filters.http.ratelimit:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+                    rate_limits:
+                    - actions:
+                      - request_headers: { header_name: x-user, descriptor_key: user }
+                    - actions:
+                      - request_headers: { header_name: x-user, descriptor_key: user }
+                      hits_addend: { format: "%RESP(x-usage-tokens)%" }
+                      apply_on_stream_done: true"#;
+    let listeners = listener_with("usage", port, true, route);
+    let dir = Dir::new(&[]);
+    let envoy = tokio::task::spawn_blocking(move || {
+        let e = start_envoy_with(&dir, admin, &listeners, up_port, rls_port);
+        (e, dir)
+    })
+    .await
+    .unwrap();
+    let send = |path: &'static str, user: &'static str| {
+        tokio::task::spawn_blocking(move || get(port, path, &[("x-user", user)]).expect("Envoy answers"))
+    };
+    let mut client = rls.client().await;
+    // 100 tokens a minute: 40 + 50 pass; the third passes too (10 are left) and uses 30 (a debt
+    // of 20); the fourth is over. Envoy reports after the response, so the test waits for each
+    // report to land: the next request is the one it limits.
+    for (i, used) in ["/used/40", "/used/50", "/used/30"].into_iter().enumerate() {
+        let (status, text) = send(used, "alice").await.unwrap();
+        assert_eq!(status, 200, "request {} passes: {text}", i + 1);
+        assert!(text.ends_with("completion"), "{text}");
+        // What is left, asked as the request path asks (no report: no cost).
+        let left = [60, 10, 0][i];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = call(&mut client, request("edge", &[&[("user", "alice")]], 0)).await;
+            if r.statuses[0].limit_remaining == left {
+                break;
+            }
+            assert!(Instant::now() < deadline, "Envoy's report of {used} never arrived: {r:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (status, text) = send("/used/1", "alice").await.unwrap();
+    assert_eq!(status, 429, "the tokens are spent: {text}");
+    // Bob's tokens are his own.
+    assert_eq!(send("/used/1", "bob").await.unwrap().0, 200);
     drop(envoy);
 }

@@ -157,10 +157,7 @@ impl CombinedFormat {
         if !c.eat(b' ') {
             return Err(LineError::Missing("size after the status".into()));
         }
-        let size = c.bare();
-        if size != b"-" && (size.is_empty() || !size.iter().all(u8::is_ascii_digit)) {
-            return Err(LineError::bad("size", size, "is not a number or -"));
-        }
+        out.set_sent("size", c.bare())?;
         if c.at_end() {
             // The common format: no referer, no user agent.
             return Ok(());

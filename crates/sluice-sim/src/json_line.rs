@@ -15,6 +15,7 @@
 //! | `user_agent` | `http_user_agent` | the `User-Agent` header |
 //! | `referer` | `http_referer` | the `Referer` header |
 //! | `xff` | `http_x_forwarded_for` | the `X-Forwarded-For` header |
+//! | `bytes` | `body_bytes_sent` | the response's body bytes (a number, or digits in a string): what a `response-bytes` limit is charged |
 //! | `header:NAME` | — | any other header, e.g. `header:x-api-key=api_key` |
 //!
 //! A header field that is absent, `null`, empty or `-` leaves the header absent; an array of
@@ -45,7 +46,7 @@ use crate::log_time::{parse_log_time, parse_unix_seconds};
 
 /// The default field of each role, as `--json-fields` writes them.
 pub const DEFAULT_JSON_FIELDS: &str = "time=time,ip=remote_addr,method=request_method,path=request_uri,\
-request=request,user_agent=http_user_agent,referer=http_referer,xff=http_x_forwarded_for";
+request=request,user_agent=http_user_agent,referer=http_referer,xff=http_x_forwarded_for,bytes=body_bytes_sent";
 
 /// What a field of a JSON line is read as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,8 @@ enum Role {
     Method,
     Path,
     Request,
+    /// The response's body bytes.
+    Bytes,
     /// Header number `i` of [`JsonFields::header_names`].
     Header(usize),
 }
@@ -77,7 +80,9 @@ pub enum FieldsError {
     #[error("`{0}` is not ROLE=FIELD")]
     Shape(String),
     /// A role that does not exist.
-    #[error("unknown role `{0}`: expected time, ip, method, path, request, user_agent, referer, xff or header:NAME")]
+    #[error(
+        "unknown role `{0}`: expected time, ip, method, path, request, bytes, user_agent, referer, xff or header:NAME"
+    )]
     UnknownRole(String),
     /// A field both read as a value and descended into (`a=x` and `b=x.y`).
     #[error("field `{0}` is read both as a value and as an object")]
@@ -138,6 +143,7 @@ impl FromStr for JsonFields {
                 ("method", _) => Role::Method,
                 ("path", _) => Role::Path,
                 ("request", _) => Role::Request,
+                ("bytes", _) => Role::Bytes,
                 _ => return Err(FieldsError::UnknownRole(role.clone())),
             };
             if field.is_empty() {
@@ -191,6 +197,7 @@ impl fmt::Display for JsonFields {
                     Role::Method => "method".into(),
                     Role::Path => "path".into(),
                     Role::Request => "request".into(),
+                    Role::Bytes => "bytes".into(),
                     Role::Header(i) => match self.headers[*i].as_str() {
                         "user-agent" => "user_agent".into(),
                         "referer" => "referer".into(),
@@ -325,6 +332,11 @@ impl JsonFields {
                 Role::Method => method = text_of(field, raw)?,
                 Role::Path => target = text_of(field, raw)?,
                 Role::Request => request = text_of(field, raw)?,
+                Role::Bytes => {
+                    if let Some(v) = text_of(field, raw)? {
+                        out.set_sent(field, v.as_bytes())?;
+                    }
+                }
                 Role::Header(i) => {
                     if let Some(v) = text_of(field, raw)? {
                         out.add_header(*i, v.as_bytes(), false);

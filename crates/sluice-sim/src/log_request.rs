@@ -60,6 +60,9 @@ pub struct LogRequest {
     pub at: Nanos,
     /// The address that connected (nginx `$remote_addr`): the peer the gateway would have seen.
     pub peer: IpAddr,
+    /// The response's body bytes, where the log has them (nginx `$body_bytes_sent`, Apache
+    /// `%b`): what a `cost_from = "response-bytes"` limit is settled to.
+    pub sent: Option<u64>,
     /// Method and path, one after the other (text, checked once when pushed).
     text: String,
     /// Where the method is in `text`.
@@ -79,6 +82,7 @@ impl Default for LogRequest {
             line: 0,
             at: 0,
             peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            sent: None,
             text: String::new(),
             bytes: Vec::new(),
             method: (0, 0),
@@ -96,6 +100,7 @@ impl LogRequest {
         self.headers.clear();
         self.method = (0, 0);
         self.path = (0, 0);
+        self.sent = None;
     }
 
     /// The method as logged (the gateway matches methods as sent, case and all).
@@ -170,6 +175,19 @@ impl LogRequest {
         }
         let span = self.push(value, escaped);
         self.headers.push((index, span));
+    }
+
+    /// Sets the body bytes sent from a log's field: digits, or `-` (Apache's `%b` for none).
+    pub fn set_sent(&mut self, field: &str, value: &[u8]) -> Result<(), LineError> {
+        self.sent = match value {
+            b"-" => Some(0),
+            digits if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => {
+                let n = std::str::from_utf8(digits).ok().and_then(|d| d.parse().ok());
+                Some(n.ok_or_else(|| LineError::bad(field, value, "is too large"))?)
+            }
+            _ => return Err(LineError::bad(field, value, "is not a number or -")),
+        };
+        Ok(())
     }
 
     /// Sets method and path from a request line `METHOD TARGET [PROTOCOL]` (nginx `$request`).

@@ -793,3 +793,73 @@ limits = [{ policy = "paced", key = "ip" }]
     let paced = &v["routes"][1]["limits"][0];
     assert_eq!((paced["delayed"].as_u64(), paced["max_delay_seconds"].as_f64()), (Some(1), Some(1.0)));
 }
+
+#[test]
+fn a_limit_on_bytes_is_charged_the_size_each_line_logs() {
+    let dir = TempDir::new("bytes");
+    let config = dir.write(
+        "gateway.toml",
+        r#"
+[[policy]]
+name = "download"
+algorithm = "token-bucket"
+capacity = 1000
+refill_per_second = 0.001
+
+[[policy]]
+name = "tokens"
+algorithm = "token-bucket"
+capacity = 1000
+refill_per_second = 0.001
+
+[[policy]]
+name = "streams"
+algorithm = "concurrency"
+max_in_flight = 1
+
+[[route]]
+path = "/files/*"
+limits = [{ policy = "download", key = "ip", cost_from = "response-bytes" }]
+
+[[route]]
+path = "/v1/*"
+limits = [
+  { policy = "tokens", key = "ip", cost = 300, cost_from = "response-json:/usage/total_tokens" },
+  { policy = "streams", key = "ip" },
+]
+"#,
+    );
+    // By hand, 1000 bytes per IP: 600, 300, nothing (`-`, Apache's %b for no body) and 50 are
+    // sent, each admitted (it reserves 1 of what is left); the fifth is admitted with 50 left and
+    // sends 80 (a debt of 30); the sixth is denied. On /v1/*, no log says the tokens: each
+    // request costs its reservation of 300, so the fourth is denied; the concurrency limit of 1
+    // never denies (each line is over at once).
+    let line = |path: &str, size: &str| {
+        format!("203.0.113.10 - - [10/Oct/2000:13:55:36 -0700] \"GET {path} HTTP/1.1\" 200 {size} \"-\" \"curl/8.5\"\n")
+    };
+    let mut log = String::new();
+    for (path, size) in [
+        ("/files/a", "600"),
+        ("/files/b", "300"),
+        ("/files/c", "-"),
+        ("/files/d", "50"),
+        ("/files/e", "80"),
+        ("/files/f", "1"),
+    ] {
+        log += &line(path, size);
+    }
+    for _ in 0..4 {
+        log += &line("/v1/chat", "2000");
+    }
+    let log = dir.write("access.log", &log);
+    let v = json_ok(&["--config", &config, "--access-log", &log]);
+    let routes = v["routes"].as_array().expect("routes");
+    let counts =
+        |i: usize| (routes[i]["requests"].as_u64(), routes[i]["admitted"].as_u64(), routes[i]["denied"].as_u64());
+    assert_eq!(counts(0), (Some(6), Some(5), Some(1)), "{}", routes[0]);
+    assert_eq!(counts(1), (Some(4), Some(3), Some(1)), "{}", routes[1]);
+    let warnings: Vec<&str> = v["warnings"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(warnings.iter().any(|w| w.contains("`response-json:/usage/total_tokens` is not read")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("policy streams") && w.contains("never denies")), "{warnings:?}");
+    assert!(!warnings.iter().any(|w| w.contains("download")), "{warnings:?}");
+}

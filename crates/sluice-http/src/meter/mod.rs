@@ -144,6 +144,14 @@ impl Meter {
         self.finish(true);
     }
 
+    /// Settles as if a body of `bytes` bytes, whose content is not known, had been sent whole
+    /// (a response seen in an access log): costs read from its JSON keep their reservations.
+    pub fn read_sent(mut self, bytes: u64) {
+        self.sent = bytes;
+        self.json = Json::Off;
+        self.finish(true);
+    }
+
     /// The body's next data.
     pub fn sent(&mut self, data: &[u8]) {
         self.sent = self.sent.saturating_add(data.len() as u64);

@@ -12,10 +12,11 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use sluice_config::{Config, KeySource, Route};
+use sluice_config::{Config, CostFrom, KeySource, Route};
 use sluice_core::{ManualClock, Nanos};
 use sluice_http::enforce::PolicyInfo;
 use sluice_http::lifecycle::{Asked, Counted, Face, Lifecycle, Unobserved};
+use sluice_http::meter::Meter;
 use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::Answer;
 use sluice_sim::{Judge, Judgement, LimitDecision, LimitInfo, LimitVerdict, LogRequest, RequestVerdict, RouteInfo};
@@ -170,10 +171,10 @@ impl Judge for ConfigJudge {
         // upstreams read differently is refused before any route. A log carries one value per
         // header: a keyed header cannot be repeated here.
         let asked = Asked { method: r.method(), path: r.path(), query: None, headers: &self.map };
-        let face = Judged { out: &mut self.out, request: PhantomData };
+        let face = Judged { out: &mut self.out, sent: r.sent, request: PhantomData };
         let lifecycle = Lifecycle::new(&self.limiter, &Unobserved);
         match block_on(lifecycle.routed(&self.config.routes, &client, asked, face), &self.waker) {
-            Ok(judgement) => judgement,
+            Ok((judgement, _)) => judgement,
             Err(never) => match never {},
         }
     }
@@ -184,6 +185,8 @@ impl Judge for ConfigJudge {
 struct Judged<'j, 'r> {
     /// The decision of each of the route's limits, filled for the request decided.
     out: &'j mut Vec<LimitDecision>,
+    /// The body bytes the log says were sent: what `response-bytes` limits are settled to.
+    sent: Option<u64>,
     /// The request judged (its headers are the judge's, reused).
     request: PhantomData<Asked<'r>>,
 }
@@ -218,42 +221,58 @@ impl<'j> Judged<'j, '_> {
     }
 }
 
+/// A judgement, and the bytes the log says its response sent (for the meter).
+type Logged<'j> = (Judgement<'j>, Option<u64>);
+
 impl<'j, 'r> Face for Judged<'j, 'r> {
     type Request = Asked<'r>;
-    type Response = Judgement<'j>;
+    type Response = Logged<'j>;
     type Error = Infallible;
 
     /// The judge never sleeps: a shaped request's delay is in its decision.
     const HOLDS_DELAY: bool = false;
 
     /// sluice's own answers before any decision are refusals (400).
-    fn answer(&self, _: Answer) -> Judgement<'j> {
-        Judgement::Refused
+    fn answer(&self, _: Answer) -> Logged<'j> {
+        (Judgement::Refused, None)
     }
 
-    fn status(_: &Judgement<'j>) -> u16 {
+    fn status(_: &Logged<'j>) -> u16 {
         0
     }
 
-    async fn pass_on(self, _: Asked<'r>, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Judgement<'j>, Infallible> {
-        Ok(self.decided(at, ruling))
+    /// A logged response is over: `response-bytes` limits are settled to the bytes the log
+    /// says it sent (their reservation stands when it does not say), concurrency slots given
+    /// back at once (a log line tells no overlap), and costs read from the response's header or
+    /// JSON keep their reservations (no log holds them).
+    fn meter((judgement, sent): Logged<'j>, meter: Meter) -> Logged<'j> {
+        match sent {
+            Some(n) => meter.read_sent(n),
+            None => meter.unmetered(),
+        }
+        (judgement, sent)
     }
 
-    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Judgement<'j>, Infallible> {
-        Ok(self.decided(at, ruling))
+    async fn pass_on(self, _: Asked<'r>, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Logged<'j>, Infallible> {
+        let sent = self.sent;
+        Ok((self.decided(at, ruling), sent))
     }
 
-    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Judgement<'j>, Infallible> {
-        Ok(self.decided(at, ruling))
+    fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Logged<'j>, Infallible> {
+        Ok((self.decided(at, ruling), None))
     }
 
-    async fn unmatched(self, _: Asked<'r>) -> Result<Judgement<'j>, Infallible> {
-        Ok(Judgement::Unmatched)
+    fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Logged<'j>, Infallible> {
+        Ok((self.decided(at, ruling), None))
+    }
+
+    async fn unmatched(self, _: Asked<'r>) -> Result<Logged<'j>, Infallible> {
+        Ok((Judgement::Unmatched, None))
     }
 
     /// No access log carries a body.
-    fn body_unreadable(self, route: usize) -> Judgement<'j> {
-        Judgement::NotSimulable { route }
+    fn body_unreadable(self, route: usize) -> Logged<'j> {
+        (Judgement::NotSimulable { route }, None)
     }
 }
 
@@ -304,6 +323,28 @@ pub fn warnings(config: &Config, log_headers: &[String]) -> Vec<String> {
     }
     if matches!(config.store, sluice_config::StoreConfig::Redis { .. }) {
         push("the configuration's store is Redis: simulated on the memory store (1000000 keys per policy)".into());
+    }
+    for route in &config.routes {
+        for limit in &route.limits {
+            let policy = &config.policies[limit.policy];
+            let name = &policy.name;
+            if policy.concurrency {
+                push(format!(
+                    "route {}, policy {name}: a log line does not say how long its request was in flight: each \
+                     gives its slot back at once, so this concurrency limit never denies here",
+                    route.name
+                ));
+            }
+            match &limit.cost_from {
+                Some(from @ (CostFrom::ResponseHeader(_) | CostFrom::ResponseJson(_))) => push(format!(
+                    "route {}, policy {name}: a log holds no response header or body, so `{from}` is not read: each \
+                     request costs its reservation ({})",
+                    route.name, limit.cost
+                )),
+                // Settled to the logged size (`$body_bytes_sent`, `%b`, JSON `bytes=`).
+                Some(CostFrom::ResponseBytes) | None => {}
+            }
+        }
     }
     out
 }
