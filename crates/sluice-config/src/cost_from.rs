@@ -14,6 +14,7 @@ use std::fmt;
 /// let tokens = CostFrom::parse("response-json:/usage/total_tokens").unwrap();
 /// assert_eq!(tokens, CostFrom::ResponseJson("/usage/total_tokens".into()));
 /// assert_eq!(CostFrom::parse("response-bytes").unwrap(), CostFrom::ResponseBytes);
+/// assert_eq!(CostFrom::parse("response-extension").unwrap(), CostFrom::ResponseExtension);
 /// assert!(CostFrom::parse("response-header:").is_err());
 /// assert!(CostFrom::parse("response-header:bad name").is_err());
 /// assert!(CostFrom::parse("response-json:usage").is_err());
@@ -33,13 +34,19 @@ pub enum CostFrom {
     /// `response-bytes`: the body bytes sent to the client, counted when the body ends or the
     /// client leaves.
     ResponseBytes,
+    /// `response-extension`: what the tower layer's inner service reports in its response's
+    /// extensions (`sluice_http::layer::UsedCost`); a configuration file's routes cannot have it
+    /// (an upstream has no extensions).
+    ResponseExtension,
 }
 
 impl CostFrom {
     /// Parses a `cost_from` value; the error says what is accepted.
     pub fn parse(text: &str) -> Result<Self, String> {
-        if text == "response-bytes" {
-            return Ok(CostFrom::ResponseBytes);
+        match text {
+            "response-bytes" => return Ok(CostFrom::ResponseBytes),
+            "response-extension" => return Ok(CostFrom::ResponseExtension),
+            _ => {}
         }
         if let Some(pointer) = text.strip_prefix("response-json:") {
             return json_pointer(pointer).map(|()| CostFrom::ResponseJson(pointer.to_owned()));
@@ -62,7 +69,7 @@ impl CostFrom {
 
     /// True when the cost is known only once the response's body has been sent.
     pub fn reads_body(&self) -> bool {
-        !matches!(self, CostFrom::ResponseHeader(_))
+        matches!(self, CostFrom::ResponseJson(_) | CostFrom::ResponseBytes)
     }
 }
 
@@ -90,6 +97,7 @@ impl fmt::Display for CostFrom {
             CostFrom::ResponseHeader(name) => write!(f, "response-header:{name}"),
             CostFrom::ResponseJson(pointer) => write!(f, "response-json:{pointer}"),
             CostFrom::ResponseBytes => f.write_str("response-bytes"),
+            CostFrom::ResponseExtension => f.write_str("response-extension"),
         }
     }
 }

@@ -449,3 +449,11 @@ fn with_redis_check_config_refuses_the_names_the_store_would() {
     // The memory store takes any name.
     assert!(parse("m.toml", &policy("per ip {eu}")).is_ok());
 }
+
+#[test]
+fn a_route_cannot_read_a_cost_from_response_extensions() {
+    let text = "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1s\"\n\
+                [[route]]\npath = \"/*\"\nlimits = [{ policy = \"p\", key = \"ip\", cost_from = \"response-extension\" }]\n";
+    let e = error_of(text);
+    assert!(e.contains("route[0].limits[0].cost_from: `response-extension` is for the tower layer"), "{e}");
+}

@@ -51,6 +51,9 @@ struct OneCheck {
     /// What this check costs (default 1).
     #[serde(default = "one")]
     cost: u64,
+    /// Decide without charging (one check; `{"checks": [...], "peek": true}` for several).
+    #[serde(default)]
+    peek: bool,
 }
 
 fn one() -> u64 {
@@ -60,7 +63,11 @@ fn one() -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum CheckRequest {
-    Many { checks: Vec<OneCheck> },
+    Many {
+        checks: Vec<OneCheck>,
+        #[serde(default)]
+        peek: bool,
+    },
     One(OneCheck),
 }
 
@@ -276,12 +283,25 @@ async fn decide(
         Ok(p) => p,
         Err(e) => return respond::error(400, "bad_request", &format!("Invalid check request: {e}")),
     };
-    let asked = match parsed {
-        CheckRequest::Many { checks } => checks,
-        CheckRequest::One(c) => vec![c],
+    let (asked, peek) = match parsed {
+        CheckRequest::Many { checks, .. } if checks.iter().any(|c| c.peek) => {
+            return respond::error(400, "bad_request", "`peek` goes beside `checks`, not in one of them.");
+        }
+        CheckRequest::Many { checks, peek } => (checks, peek),
+        CheckRequest::One(c) => {
+            let peek = c.peek;
+            (vec![c], peek)
+        }
     };
     if asked.is_empty() {
         return respond::error(400, "bad_request", "`checks` is empty.");
+    }
+    if peek && reserve.is_some() {
+        return respond::error(
+            400,
+            "bad_request",
+            "A peek charges nothing, so it holds nothing: reserve without `peek`.",
+        );
     }
     let mut checks = Vec::with_capacity(asked.len());
     for c in &asked {
@@ -304,6 +324,15 @@ async fn decide(
     }
     let kinds = vec!["api"; checks.len()];
     let face = Replied { asked: &asked, deny_status: limiter.deny_status(), limiter, reserve };
+    if peek {
+        // A question, not a decision: answered as a check would be, counted nowhere.
+        let ruling = limiter.peek(Checks::new(checks, kinds)).await;
+        let mut res = face.reply(&ruling, None);
+        if !ruling.allowed() {
+            ruling.write_denied_headers(res.headers_mut());
+        }
+        return res;
+    }
     let lifecycle = Lifecycle::new(limiter, observed);
     match lifecycle.checked(Counted::Named(CHECK_API_ROUTE), Checks::new(checks, kinds), (), face).await {
         Ok(res) => res,

@@ -119,3 +119,37 @@ async fn only_its_maker_settles_a_reservation_once_and_never_for_more_than_it_ch
     let bad = post(&c, "/v1/settle", true, json!({"reservation": id, "actual": 1, "extra": true})).await;
     assert_eq!(bad.status, 400);
 }
+
+#[tokio::test]
+async fn a_peek_says_what_a_check_would_and_charges_nothing() {
+    let (gw, _clock) = start(CONFIG).await;
+    let c = Client::new(gw.addr);
+    let check = |body: Value| post(&c, "/v1/check", false, body);
+    for _ in 0..3 {
+        let p = check(json!({"policy": "tokens", "key": "alice", "cost": 30, "peek": true})).await;
+        assert_eq!(p.status, 200, "{}", p.text());
+        let body = p.json();
+        assert_eq!((body["allowed"].as_bool(), body["remaining"].as_u64()), (Some(true), Some(70)), "{body}");
+    }
+    // Nothing was charged: a real check of 95 leaves 5.
+    let r = check(json!({"policy": "tokens", "key": "alice", "cost": 95})).await.json();
+    assert_eq!(r["remaining"].as_u64(), Some(5));
+    // A peek of what would be denied is answered as the denial would be, and charges nothing.
+    let several = json!({"checks": [{"policy": "tokens", "key": "alice", "cost": 6}, {"policy": "tokens", "key": "bob", "cost": 1}], "peek": true});
+    let p = check(several).await;
+    assert_eq!(p.status, 429, "{}", p.text());
+    assert!(p.header("retry-after").is_some());
+    let body = p.json();
+    assert_eq!(body["allowed"].as_bool(), Some(false));
+    assert_eq!(body["checks"][1]["remaining"].as_u64(), Some(99), "bob's own decision, uncharged");
+    let r = check(json!({"policy": "tokens", "key": "bob", "cost": 1})).await.json();
+    assert_eq!(r["remaining"].as_u64(), Some(99), "the denied peek charged bob nothing");
+    let r = check(json!({"policy": "tokens", "key": "alice", "cost": 5})).await;
+    assert_eq!((r.status, r.json()["remaining"].as_u64()), (200, Some(0)), "nor alice");
+
+    // A peek holds nothing, and says so beside the checks.
+    let p = post(&c, "/v1/reserve", false, json!({"policy": "tokens", "key": "carol", "peek": true})).await;
+    assert_eq!(p.status, 400, "{}", p.text());
+    let inside = json!({"checks": [{"policy": "tokens", "key": "carol", "peek": true}]});
+    assert_eq!(check(inside).await.status, 400);
+}

@@ -263,6 +263,28 @@ impl Enforcer {
         Some(self.store.decide_at_once(checks)?.map(enforced))
     }
 
+    /// Decides `checks` as [`Enforcer::decide`] would, charging nothing ([`Store::peek`]):
+    /// shadow and soft policies are reported, never deny. A store failure is an error: no
+    /// failure mode answers a question.
+    pub async fn peek(&self, checks: &[Check]) -> Result<Outcome, StoreError> {
+        let verdict = self.store.peek(checks, None).await?;
+        let mut o = enforced(Reported { verdict, degraded: None, answered: true });
+        if self.any_apart(checks) {
+            let mut allowed = true;
+            for (i, (c, d)) in checks.iter().zip(&o.decisions).enumerate() {
+                match self.policies.get(c.policy) {
+                    Some(p) if p.soft && !d.allowed => o.soft_over.push(i),
+                    Some(p) if p.shadow && !d.allowed => o.shadow_denied.push(i),
+                    _ => allowed &= d.allowed,
+                }
+            }
+            o.allowed = allowed;
+            let enforced_denied = (0..checks.len()).find(|&i| !self.is_apart(&checks[i]) && !o.decisions[i].allowed);
+            o.describe = enforced_denied.or(o.describe.filter(|&i| !self.is_apart(&checks[i])));
+        }
+        Ok(o)
+    }
+
     /// True when one of `checks` is of a shadow policy.
     fn any_apart(&self, checks: &[Check]) -> bool {
         checks.iter().any(|c| self.is_apart(c))

@@ -223,6 +223,13 @@ pub trait Face: Sized {
         None
     }
 
+    /// What the service a request was passed on to says it cost, beside its response (the tower
+    /// layer's inner service: [`crate::layer::UsedCost`]); `None` by default.
+    fn reported_cost(response: &Self::Response) -> Option<u64> {
+        let _ = response;
+        None
+    }
+
     /// Meters the body of `response`, a passed request's, for the limits whose cost it says
     /// (`cost_from = "response-bytes"`, `"response-json:..."`): the face wraps the body in a
     /// [`crate::meter::Metered`] and attaches `meter`. By default the body is not metered and
@@ -365,14 +372,18 @@ macro_rules! act {
             Err(e) => {
                 // No response: the request is over (its concurrency slots given back as the
                 // meter drops; its costs keep their reservations).
-                drop(lifecycle.response_costs($limits, ruling, None));
+                drop(lifecycle.response_costs($limits, ruling, (None, None)));
                 return lifecycle.passed::<$face_type>(at, ruling, Err(e));
             }
         };
         // Limits whose cost the response says: their reservations settled to it, from its
         // head now, from its body when the body ends (and concurrency slots given back then).
-        let (now, meter) =
-            lifecycle.response_costs($limits, ruling, <$face_type as Face>::headers_mut(&mut response).map(|h| &*h));
+        let reported = <$face_type as Face>::reported_cost(&response);
+        let (now, meter) = lifecycle.response_costs(
+            $limits,
+            ruling,
+            (<$face_type as Face>::headers_mut(&mut response).map(|h| &*h), reported),
+        );
         if !now.is_empty() {
             lifecycle.limiter.settle(&now).await;
         }
@@ -573,7 +584,7 @@ impl<'a> Lifecycle<'a> {
         &self,
         limits: &[RouteLimit],
         ruling: &Ruling<'_>,
-        headers: Option<&HeaderMap>,
+        (headers, reported): (Option<&HeaderMap>, Option<u64>),
     ) -> (Vec<Settle>, Option<Meter>) {
         let enforcer = self.limiter.enforcer();
         let held = |policy: usize| enforcer.policy(policy).is_some_and(|p| p.concurrency);
@@ -590,6 +601,9 @@ impl<'a> Lifecycle<'a> {
                     return None;
                 }
                 let from = limits.get(ruling.positions[i])?.cost_from.as_ref()?;
+                if *from == CostFrom::ResponseExtension {
+                    return reported.map(|actual| Settle { actual, ..settle });
+                }
                 let CostFrom::ResponseHeader(name) = from else {
                     from_body.push((settle, Reading::of(from)?));
                     return None;

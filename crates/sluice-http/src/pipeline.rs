@@ -353,6 +353,14 @@ impl Limiter {
         self.ruling(checks, asked, outcome)
     }
 
+    /// `checks` decided as [`Limiter::decide`] would, charging nothing: would the request be
+    /// admitted now ([`Enforcer::peek`]).
+    pub async fn peek(&self, checks: Checks) -> Ruling<'_> {
+        let asked = Instant::now();
+        let outcome = self.enforcer.peek(&checks.checks).await;
+        self.ruling(checks, asked, outcome)
+    }
+
     /// [`Limiter::decide`] when nothing needs awaiting ([`Enforcer::decide_at_once`]: the
     /// memory store): no future is made for it. The checks back when the store must be awaited.
     // The error is the checks, handed back as they came, not an error to report.

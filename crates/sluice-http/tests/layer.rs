@@ -563,3 +563,28 @@ async fn a_limit_in_flight_holds_a_slot_until_the_response_body_is_done_with() {
     let refused = axum_layer(store).limit_in_flight("b", "ip").build();
     assert!(matches!(refused, Err(LayerError::NotALease(name)) if name == "b"));
 }
+
+#[tokio::test]
+async fn an_inner_service_reports_what_a_request_cost_in_a_response_extension() {
+    let tokens = NamedPolicy { name: "tokens".into(), policy: TokenBucket::new(100, 0.001).unwrap().into() };
+    let store = Arc::new(MemoryStore::new(vec![tokens], MemoryOptions::default(), Arc::new(ManualClock::new(T0))));
+    let reported = sluice_config::CostFrom::parse("response-extension").unwrap();
+    let layer = axum_layer(store).limit_settled("tokens", "ip", 1, reported).headers(vec![HeaderStyle::Ietf]).build();
+    // The handler says what it used (`?used=N`), or nothing.
+    let handler = |uri: http::Uri| async move {
+        let mut res = http::Response::new(Body::from("done"));
+        if let Some(n) = uri.query().and_then(|q| q.strip_prefix("used=")) {
+            res.extensions_mut().insert(sluice_http::layer::UsedCost(n.parse().unwrap()));
+        }
+        res
+    };
+    let c = Client { app: Router::new().route("/work", get(handler)).layer(layer.expect("layer builds")) };
+    let left = |r: &Resp| -> u64 {
+        let field = r.header("ratelimit").expect("a RateLimit field");
+        field.split(';').find_map(|p| p.strip_prefix("r=")).and_then(|n| n.parse().ok()).expect("r=")
+    };
+    assert_eq!(left(&c.get("/work?used=40", &[]).await), 99, "reserved 1");
+    assert_eq!(left(&c.get("/work", &[]).await), 59, "settled to the 40 it reported");
+    assert_eq!(left(&c.get("/work?used=0", &[]).await), 58, "the one that said nothing kept its 1");
+    assert_eq!(left(&c.get("/work", &[]).await), 58, "one that used nothing gave its 1 back");
+}

@@ -3,6 +3,7 @@
 -- KEYS[i]       the stored key of check i (prefix:policy:fingerprint:{hash})
 -- ARGV[1], ARGV[2]  now and the expiry grace (common.lua)
 -- ARGV[3+5(i-1) .. 7+5(i-1)]  check i: algorithm, a, b, c, cost
+-- ARGV[3+5n]    `peek` to decide without charging (optional)
 --     1 fixed window    a = limit, b = window (us)
 --     2 sliding log     a = limit, b = window (us)
 --     3 sliding window  a = limit, b = window (us)
@@ -291,7 +292,7 @@ for i = 1, #KEYS do
   out[n + 6] = delay
 end
 
-if all then
+if all and ARGV[3 + 5 * #KEYS] ~= 'peek' then
   for key, kind in pairs(kinds) do
     if kind == 2 then
       commit_log(key)

@@ -64,6 +64,8 @@ pub(crate) struct ScriptCall<'a, T> {
     pub now: Option<u64>,
     /// Milliseconds added to every expiry.
     pub grace_ms: u64,
+    /// Decide without charging (the decision script's trailing `peek` argument).
+    pub peek: bool,
 }
 
 impl<T> ScriptCall<'_, T> {
@@ -94,13 +96,16 @@ impl Call<'_> {
             let c = &self.items[i];
             cmd.arg(&self.plans[c.policy].args[..]).arg(c.cost);
         }
+        if self.peek {
+            cmd.arg("peek");
+        }
         cmd
     }
 
     /// The same command as [`Call::command`], written as RESP straight into `out`.
     fn write(&self, out: &mut Vec<u8>, name: &[u8], script: &str) {
         let n = self.indices.len();
-        resp::array(out, 5 + n * (1 + 5));
+        resp::array(out, 5 + n * (1 + 5) + usize::from(self.peek));
         resp::bulk(out, name);
         resp::bulk(out, script.as_bytes());
         resp::bulk_u64(out, n as u64);
@@ -120,6 +125,9 @@ impl Call<'_> {
             let c = &self.items[i];
             out.extend_from_slice(&self.plans[c.policy].resp_args);
             resp::bulk_u64(out, c.cost);
+        }
+        if self.peek {
+            resp::bulk(out, b"peek");
         }
     }
 

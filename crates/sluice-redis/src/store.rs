@@ -269,7 +269,7 @@ impl RedisStore {
                 return self.on_failure(checks, at, StoreError::Unavailable(why));
             }
         };
-        match tokio::time::timeout(self.options.timeout, self.call(checks, at)).await {
+        match tokio::time::timeout(self.options.timeout, self.call(checks, at, false)).await {
             Ok(Ok(verdict)) => {
                 permit.success();
                 if let Some(cache) = &self.deny {
@@ -364,10 +364,55 @@ impl RedisStore {
         }
     }
 
-    /// One script call per slot group (one in all on a single node), concurrently.
-    async fn call(&self, checks: &[Check], at: Option<Nanos>) -> Result<Verdict, Failure> {
+    /// Decides `checks` charging nothing ([`Store::peek`]): one script call per slot group,
+    /// within the timeout and through the breaker; a failure is an error (no failure mode
+    /// answers a question), and the deny cache is neither read nor filled.
+    pub async fn peek_checks(&self, checks: &[Check], at: Option<Nanos>) -> Result<Verdict, StoreError> {
+        self.validate(checks, at)?;
+        if checks.is_empty() {
+            return Ok(Verdict::at(true, Vec::new(), 0));
+        }
+        self.guarded(self.call(checks, at, true)).await
+    }
+
+    /// `call` through the breaker and within the timeout, each failure counted and turned into
+    /// the store's error (no failure mode answers: for what is not a decision).
+    async fn guarded<T>(&self, call: impl Future<Output = Result<T, Failure>>) -> Result<T, StoreError> {
+        let permit = match self.breaker.admit() {
+            Admission::Call(p) => p,
+            Admission::Reject(wait) => {
+                bump(&self.counters.breaker_rejections);
+                let why = format!("redis circuit breaker open (next probe in {} ms)", wait.as_millis());
+                return Err(StoreError::Unavailable(why));
+            }
+        };
+        match tokio::time::timeout(self.options.timeout, call).await {
+            Ok(Ok(done)) => {
+                permit.success();
+                Ok(done)
+            }
+            Ok(Err(Failure::Error(e))) => {
+                permit.failure();
+                bump(&self.counters.redis_errors);
+                Err(StoreError::Unavailable(e))
+            }
+            Ok(Err(Failure::Timeout)) | Err(_) => {
+                permit.failure();
+                bump(&self.counters.timeouts);
+                self.connector.discard();
+                Err(self.timeout_error())
+            }
+        }
+    }
+
+    /// One script call per slot group (one in all on a single node), concurrently; charging
+    /// nothing when `peek`.
+    async fn call(&self, checks: &[Check], at: Option<Nanos>, peek: bool) -> Result<Verdict, Failure> {
         let conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
-        let calls = self.script_calls(checks, |c| c, at);
+        let mut calls = self.script_calls(checks, |c| c, at);
+        for call in &mut calls {
+            call.peek = peek;
+        }
         let results = self
             .run_each(&conn, &calls, |call, mut conn| async move { call.run(&mut conn, &self.counters).await })
             .await;
@@ -402,7 +447,7 @@ impl RedisStore {
             Some(t) => (Some(t / 1000), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0)),
             None => (None, 0),
         };
-        let call = |indices: Vec<usize>| ScriptCall { plans: &self.plans, items, indices, now, grace_ms };
+        let call = |indices: Vec<usize>| ScriptCall { plans: &self.plans, items, indices, now, grace_ms, peek: false };
         if !self.options.cluster {
             return vec![call((0..items.len()).collect())];
         }
@@ -441,36 +486,13 @@ impl RedisStore {
         if settles.is_empty() {
             return Ok(());
         }
-        let permit = match self.breaker.admit() {
-            Admission::Call(p) => p,
-            Admission::Reject(wait) => {
-                bump(&self.counters.breaker_rejections);
-                let why = format!("redis circuit breaker open (next probe in {} ms)", wait.as_millis());
-                return Err(StoreError::Unavailable(why));
-            }
-        };
-        match tokio::time::timeout(self.options.timeout, self.settle_call(settles, at)).await {
-            Ok(Ok(())) => {
-                permit.success();
-                if let Some(cache) = &self.deny {
-                    for s in settles.iter().filter(|s| s.actual < s.check.cost) {
-                        cache.forget(self.cached_as[s.check.policy], &s.check.key);
-                    }
-                }
-                Ok(())
-            }
-            Ok(Err(Failure::Error(e))) => {
-                permit.failure();
-                bump(&self.counters.redis_errors);
-                Err(StoreError::Unavailable(e))
-            }
-            Ok(Err(Failure::Timeout)) | Err(_) => {
-                permit.failure();
-                bump(&self.counters.timeouts);
-                self.connector.discard();
-                Err(self.timeout_error())
+        self.guarded(self.settle_call(settles, at)).await?;
+        if let Some(cache) = &self.deny {
+            for s in settles.iter().filter(|s| s.actual < s.check.cost) {
+                cache.forget(self.cached_as[s.check.policy], &s.check.key);
             }
         }
+        Ok(())
     }
 
     /// One settlement script call per slot group, concurrently.
@@ -540,6 +562,10 @@ impl Store for RedisStore {
 
     fn deny_cache_hits(&self) -> Option<u64> {
         Some(self.stats().deny_cache_hits)
+    }
+
+    fn peek<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        Box::pin(self.peek_checks(checks, at))
     }
 
     fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {

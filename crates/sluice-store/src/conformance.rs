@@ -216,6 +216,7 @@ pub async fn run_all(mut make: impl StoreFactory) {
     errors_charge_nothing(&mut make).await;
     empty_request(&mut make).await;
     settlements(&mut make).await;
+    peeks(&mut make).await;
 }
 
 /// Fixed window: a boundary burst, then generated single-check traffic, as the core decides.
@@ -342,13 +343,7 @@ pub async fn mixed_requests(make: &mut impl StoreFactory) {
     let mut now = T0;
     for _ in 0..600 {
         now += step(&mut rng, window);
-        let n = 1 + rng.below(4) as usize;
-        let checks: Vec<Check> = (0..n)
-            .map(|_| {
-                let policy = rng.below(all.len() as u64) as usize;
-                Check { policy, key: key(rng.below(3) as u8 + 1), cost: cost(&mut rng, all[policy].policy.limit()) }
-            })
-            .collect();
+        let checks = mixed_checks(&mut rng, &all);
         expect_same(&store, &mut reference, &checks, now, "mixed requests").await;
     }
 }
@@ -418,6 +413,45 @@ pub async fn settlements(make: &mut impl StoreFactory) {
                 open.push(Settle { check: checks[0], charged_at: v.charged_at(0), actual: 0 });
             }
         }
+    }
+}
+
+/// One to four checks of any of `all`'s policies, on three keys, at costs up to each limit.
+fn mixed_checks(rng: &mut SplitMix, all: &[NamedPolicy]) -> Vec<Check> {
+    let n = 1 + rng.below(4) as usize;
+    (0..n)
+        .map(|_| {
+            let policy = rng.below(all.len() as u64) as usize;
+            Check { policy, key: key(rng.below(3) as u8 + 1), cost: cost(rng, all[policy].policy.limit()) }
+        })
+        .collect()
+}
+
+/// A peek before every request of generated traffic (one to four checks, every algorithm):
+/// it says what the decision at the same time then says, and charges nothing (every decision
+/// still agrees with a reference that was never peeked).
+pub async fn peeks(make: &mut impl StoreFactory) {
+    let all = policies();
+    let store = make.make(all.clone()).await;
+    let mut reference = Reference::new(&all);
+    let mut rng = SplitMix(0x7065_656b);
+    let window = all.iter().map(|p| p.policy.window()).max().unwrap_or(NANOS_PER_SEC);
+    let mut now = T0;
+    for step_no in 0..400 {
+        now += step(&mut rng, window);
+        let checks = mixed_checks(&mut rng, &all);
+        let what = format!("peeks, step {step_no}: {checks:?}");
+        let peeked = match store.peek(&checks, Some(now)).await {
+            Ok(v) => v,
+            Err(e) => panic!("{what}: the store could not peek: {e}"),
+        };
+        let again = store.peek(&checks, Some(now)).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(peeked, again, "{what}: a peek changed what the next one sees");
+        let Some(decided) = expect_same(&store, &mut reference, &checks, now, &what).await else {
+            panic!("{what}: the store failed where the core decides");
+        };
+        assert_eq!(peeked.allowed, decided.allowed, "{what}: the peek said otherwise: {peeked:?} vs {decided:?}");
+        assert_eq!(peeked.decisions, decided.decisions, "{what}: the peek's decisions");
     }
 }
 

@@ -263,6 +263,16 @@ pub trait Store: Send + Sync {
     /// A short name for metrics and logs: `memory`, `redis`, ...
     fn kind(&self) -> &'static str;
 
+    /// Decides the checks of one request as [`Store::decide`] would, at the same time, and
+    /// charges nothing: would it be admitted now, and what would each check say. A peek of a
+    /// shaped policy reports the delay the request would get. By default the store cannot
+    /// ([`StoreError::Unsupported`]).
+    fn peek<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        let _ = (checks, at);
+        let store = self.kind();
+        Box::pin(std::future::ready(Err(StoreError::Unsupported { store, what: "peek" })))
+    }
+
     /// Per policy, the keys held and evictions so far (stores that hold keys themselves);
     /// empty by default. Read when metrics are scraped, never per request.
     fn key_stats(&self) -> Vec<KeyStats> {
@@ -387,6 +397,10 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn decide_at_once(&self, checks: &[Check]) -> Option<Result<Reported, StoreError>> {
         (**self).decide_at_once(checks)
+    }
+
+    fn peek<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        (**self).peek(checks, at)
     }
 
     fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {

@@ -19,7 +19,7 @@ pub use sluice_core::{
 };
 pub use sluice_http::layer::{
     AnswerBody, DEFAULT_ROUTE_NAME, IntoKey, LayerError, Observe, PeerFn, RateLimit, RateLimitLayer,
-    RateLimitLayerBuilder, default_peer,
+    RateLimitLayerBuilder, UsedCost, default_peer,
 };
 pub use sluice_http::lifecycle::Counted;
 pub use sluice_http::pipeline::Ruling;

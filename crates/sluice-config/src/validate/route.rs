@@ -76,6 +76,11 @@ pub(super) fn route(
         let cost = l.cost.unwrap_or(route_cost);
         check_cost(cost, u64::MAX).map_err(|e| lerr("", e.to_string()))?;
         let cost_from = l.cost_from.as_deref().map(CostFrom::parse).transpose().map_err(|m| lerr("cost_from", m))?;
+        if cost_from == Some(CostFrom::ResponseExtension) {
+            let msg = "`response-extension` is for the tower layer, whose inner service reports a cost in its \
+                       response's extensions; an upstream has none: read a response header or its body instead";
+            return Err(lerr("cost_from", msg.into()));
+        }
         let choices = match (l.policy, l.policy_by) {
             (Some(_), Some(_)) => {
                 return Err(lerr(

@@ -130,7 +130,7 @@ fn jwt_json(j: &Jwt) -> Value {
 
 /// A policy as `/config` shows it: its algorithm and parameters (durations in milliseconds,
 /// rates per second), with its `name`, what it does to a request over it (`enforce`: `hard`,
-/// `soft` or `shadow`), the `shadow` flag and the `unit` it counts.
+/// `soft` or `shadow`), the `shadow` flag and the `unit` it counts when not requests.
 pub fn policy_json(p: &PolicyInfo) -> Value {
     // A concurrency limit is kept as a sliding log of leases: shown as configured.
     let mut v = if p.concurrency {
@@ -149,7 +149,10 @@ pub fn policy_json(p: &PolicyInfo) -> Value {
         (false, true) => "soft",
         (false, false) => "hard",
     });
-    v["unit"] = json!(p.unit.as_deref().unwrap_or("requests"));
+    // Requests, the default unit, go unsaid (as in the `ietf` headers).
+    if let Some(unit) = &p.unit {
+        v["unit"] = json!(unit);
+    }
     v
 }
 

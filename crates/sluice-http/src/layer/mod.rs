@@ -28,6 +28,19 @@ mod grpc;
 
 pub use body::AnswerBody;
 
+/// What a request really cost, as the inner service says it: put in the response's extensions,
+/// it settles the limits added with `cost_from = "response-extension"`
+/// ([`RateLimitLayerBuilder::limit_settled`]) when the response head reaches the layer.
+///
+/// ```
+/// use sluice_http::layer::UsedCost;
+/// let mut res = http::Response::new(());
+/// res.extensions_mut().insert(UsedCost(1234));
+/// assert_eq!(res.extensions().get::<UsedCost>(), Some(&UsedCost(1234)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsedCost(pub u64);
+
 /// How the layer finds the socket peer of a request.
 pub type PeerFn = Arc<dyn Fn(&http::Extensions) -> Option<IpAddr> + Send + Sync>;
 
@@ -662,6 +675,10 @@ where
 
     fn headers_mut(response: &mut Response<R>) -> Option<&mut http::HeaderMap> {
         Some(response.headers_mut())
+    }
+
+    fn reported_cost(response: &Response<R>) -> Option<u64> {
+        response.extensions().get::<UsedCost>().map(|u| u.0)
     }
 
     fn meter(response: Response<R>, meter: crate::meter::Meter) -> Response<R> {

@@ -66,10 +66,11 @@ pub enum Reading {
 }
 
 impl Reading {
-    /// What a limit's `cost_from` reads from the body; `None` for what is read from the head.
+    /// What a limit's `cost_from` reads from the body; `None` for what is known with the head
+    /// (a header, or what the inner service reported).
     pub fn of(from: &CostFrom) -> Option<Self> {
         match from {
-            CostFrom::ResponseHeader(_) => None,
+            CostFrom::ResponseHeader(_) | CostFrom::ResponseExtension => None,
             CostFrom::ResponseJson(pointer) => Some(Reading::Json(pointer.clone())),
             CostFrom::ResponseBytes => Some(Reading::Bytes),
         }

@@ -118,6 +118,11 @@ impl MemoryStore {
         request::decide(&self.policies, &self.tables, checks, || now)
     }
 
+    /// Decides the checks of one request at `now` charging nothing ([`Store::peek`]).
+    pub fn peek_at(&self, checks: &[Check], now: Nanos) -> Result<Verdict, StoreError> {
+        request::peek(&self.policies, &self.tables, checks, || now)
+    }
+
     /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
     /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
     pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
@@ -314,6 +319,14 @@ impl Store for MemoryStore {
 
     fn decide_at_once(&self, checks: &[Check]) -> Option<Result<Reported, StoreError>> {
         Some(self.decide_now(checks).map(|verdict| Reported { verdict, degraded: None, answered: true }))
+    }
+
+    fn peek<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        let verdict = match at {
+            Some(now) => self.peek_at(checks, now),
+            None => request::peek(&self.policies, &self.tables, checks, || self.clock.now()),
+        };
+        Box::pin(std::future::ready(verdict))
     }
 
     fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {

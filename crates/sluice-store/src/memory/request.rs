@@ -23,12 +23,33 @@ pub(crate) fn decide(
     checks: &[Check],
     now: impl FnOnce() -> Nanos,
 ) -> Result<Verdict, StoreError> {
-    validate_checks(policies, checks)?;
     match checks {
-        [] => Ok(Verdict::at(true, Vec::new(), 0)),
-        [one] => decide_one(&tables[one.policy], one, now),
-        _ => decide_many(policies, tables, checks, now),
+        [one] => {
+            validate_checks(policies, checks)?;
+            decide_one(&tables[one.policy], one, now)
+        }
+        _ => decide_many(policies, tables, checks, now, Charge::IfAllAdmit),
     }
+}
+
+/// Decides `checks` as [`decide`] would, at the time `now` gives, charging nothing: whether
+/// the request would be admitted now, and each check's decision at its cost.
+pub(crate) fn peek(
+    policies: &[NamedPolicy],
+    tables: &[Arc<Table>],
+    checks: &[Check],
+    now: impl FnOnce() -> Nanos,
+) -> Result<Verdict, StoreError> {
+    decide_many(policies, tables, checks, now, Charge::Never)
+}
+
+/// Whether [`decide_many`] charges the checks it decides.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    /// All of them when all admit (a decision).
+    IfAllAdmit,
+    /// None (a peek).
+    Never,
 }
 
 fn full(table: &Table) -> StoreError {
@@ -69,14 +90,20 @@ struct Target {
     work: Option<State>,
 }
 
-/// Several checks: lock every shard involved in (table id, shard) order, decide them all, then
-/// charge them all or none.
+/// Several checks (or any number, for a peek): checked, then every shard involved locked in
+/// (table id, shard) order, all decided, then charged all or none (or never). An empty request
+/// is admitted, with nothing to do.
 fn decide_many(
     policies: &[NamedPolicy],
     tables: &[Arc<Table>],
     checks: &[Check],
     now: impl FnOnce() -> Nanos,
+    charge: Charge,
 ) -> Result<Verdict, StoreError> {
+    validate_checks(policies, checks)?;
+    if checks.is_empty() {
+        return Ok(Verdict::at(true, Vec::new(), 0));
+    }
     // Distinct targets, and for each check the target it names.
     let mut targets: Vec<Target> = Vec::with_capacity(checks.len());
     let mut uses: Vec<u32> = Vec::with_capacity(checks.len());
@@ -130,7 +157,7 @@ fn decide_many(
         allowed &= d.allowed;
         decisions.push(d);
     }
-    if !allowed {
+    if !allowed || charge == Charge::Never {
         return Ok(Verdict::at(allowed, decisions, now));
     }
 

@@ -341,8 +341,9 @@ pub fn warnings(config: &Config, log_headers: &[String]) -> Vec<String> {
                      request costs its reservation ({})",
                     route.name, limit.cost
                 )),
-                // Settled to the logged size (`$body_bytes_sent`, `%b`, JSON `bytes=`).
-                Some(CostFrom::ResponseBytes) | None => {}
+                // Settled to the logged size (`$body_bytes_sent`, `%b`, JSON `bytes=`); a file's
+                // routes never read extensions (refused at load).
+                Some(CostFrom::ResponseBytes | CostFrom::ResponseExtension) | None => {}
             }
         }
     }
