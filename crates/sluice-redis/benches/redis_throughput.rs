@@ -6,6 +6,10 @@
 //! (default 3 s); `SLUICE_BENCH_CONCURRENCY` a comma-separated list (default 1,8,32);
 //! `SLUICE_BENCH_RUNTIME=per-core` runs sluice's tasks on a current-thread runtime per core, as
 //! the gateway does, instead of one multi-thread runtime of two workers.
+//! `SLUICE_BENCH_SETTLE=1` measures a reservation instead of a decision: each request reserves
+//! 2 (the decision script) and is settled to 1 (the settlement script, giving one back), and
+//! redis-benchmark runs each script on its own: their combined rate, `1 / (1/a + 1/b)`, is what
+//! two round trips cost on the server.
 //! `SLUICE_BENCH_REDIS_RS=1` also runs a store on redis-rs's multiplexed connection (a driver
 //! task, replies read into redis-rs's value tree) in the same run, for comparison with the lean
 //! connection: the URL asks for RESP3, the one way a single TCP node takes that path; the
@@ -24,11 +28,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{Policy, TokenBucket};
-use sluice_redis::{OnError, RedisOptions, RedisStore, Source, script_sha};
-use sluice_store::{Check, KeyHash, NamedPolicy};
+use sluice_redis::{OnError, RedisOptions, RedisStore, Source, script_sha, settle_sha};
+use sluice_store::{Check, KeyHash, NamedPolicy, Settle, Store};
 use support::RedisServer;
 
 const KEYSPACE: u64 = 100_000;
+
+/// `SLUICE_BENCH_SETTLE=1`: each request a reservation of 2 settled to 1.
+fn settling() -> bool {
+    static SETTLE: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var("SLUICE_BENCH_SETTLE").is_ok_and(|v| v == "1"));
+    *SETTLE
+}
 
 struct Figures {
     rps: f64,
@@ -112,9 +123,14 @@ async fn tasks(store: Arc<RedisStore>, ids: Vec<usize>, began: Instant, length: 
                 let mut n = t as u64 * 7_777;
                 while began.elapsed() < length {
                     n = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                    let check = [Check { policy: 0, key: key((n >> 33) % KEYSPACE), cost: 1 }];
+                    let cost = if settling() { 2 } else { 1 };
+                    let check = [Check { policy: 0, key: key((n >> 33) % KEYSPACE), cost }];
                     let start = Instant::now();
                     let outcome = store.decide_detailed(&check, None).await.expect("fail-closed: Redis decided");
+                    if settling() && outcome.verdict.allowed {
+                        let settle = [Settle { check: check[0], charged_at: outcome.verdict.charged_at(0), actual: 1 }];
+                        store.settle(&settle, None).await.expect("fail-closed: Redis settled");
+                    }
                     latencies.push(start.elapsed());
                     assert_eq!(outcome.source, Source::Redis);
                 }
@@ -151,24 +167,33 @@ fn sluice_run(runtimes: &Runtimes, store: &Arc<RedisStore>, concurrency: usize, 
     Figures { rps: all.len() as f64 / secs, p50_ms: percentile(&all, 0.5), p99_ms: percentile(&all, 0.99) }
 }
 
-/// redis-benchmark with the same script and arguments as the store sends.
+/// redis-benchmark with the same script and arguments as the store sends; with
+/// `SLUICE_BENCH_SETTLE=1`, the decision script (a reservation of 2) and the settlement script
+/// (one unit back) each on its own, combined as one request after the other.
 fn redis_benchmark(server: &RedisServer, concurrency: usize, requests: u64) -> Figures {
+    let key = "sluice:tb:00000000:{__rand_int__}";
+    let decide =
+        ["EVALSHA", script_sha(), "1", key, "", "0", "4", "100", "10000", "-1", if settling() { "2" } else { "1" }];
+    let figures = redis_benchmark_of(server, concurrency, requests, &decide);
+    if !settling() {
+        return figures;
+    }
+    // algorithm, a, b, c as the decision's; charged at 1 us; 1 back, none over.
+    let settle = ["EVALSHA", settle_sha(), "1", key, "", "0", "4", "100", "10000", "-1", "1", "1", "0"];
+    let then = redis_benchmark_of(server, concurrency, requests, &settle);
+    let both = |a: f64, b: f64| a + b;
+    Figures {
+        rps: 1.0 / (1.0 / figures.rps + 1.0 / then.rps),
+        p50_ms: both(figures.p50_ms, then.p50_ms),
+        p99_ms: both(figures.p99_ms, then.p99_ms),
+    }
+}
+
+fn redis_benchmark_of(server: &RedisServer, concurrency: usize, requests: u64, command: &[&str]) -> Figures {
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
         .args(["-c", &concurrency.to_string(), "-n", &requests.to_string(), "-r", &KEYSPACE.to_string(), "--csv"])
-        .args([
-            "EVALSHA",
-            script_sha(),
-            "1",
-            "sluice:tb:00000000:{__rand_int__}",
-            "",
-            "0",
-            "4",
-            "100",
-            "10000",
-            "-1",
-            "1",
-        ])
+        .args(command)
         .output()
         .expect("redis-benchmark runs (apt-get install redis-server)");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -204,9 +229,11 @@ fn main() {
         .is_ok_and(|v| v == "1")
         .then(|| store_at(&format!("{}/?protocol=resp3", server.url())));
     assert_eq!(server.cli(&["SCRIPT", "LOAD", sluice_redis::SCRIPT_SOURCE]), script_sha());
+    assert_eq!(server.cli(&["SCRIPT", "LOAD", sluice_redis::SETTLE_SOURCE]), settle_sha());
 
+    let what = if settling() { "reservations (reserve 2, settle to 1)" } else { "decisions" };
     println!(
-        "Redis decisions: one token-bucket check per request, {KEYSPACE} keys, {secs} s per run, sluice on {}",
+        "Redis {what}: one token-bucket check per request, {KEYSPACE} keys, {secs} s per run, sluice on {}",
         runtimes.name()
     );
     println!(
