@@ -323,3 +323,56 @@ async fn redis_down_is_an_error_envoy_can_act_on() {
 }
 
 on_both_stores!(hits_addend, overrides, headers, algorithms_everywhere);
+
+const USAGE: &str = "\
+domain: llm
+descriptors:
+  - key: user
+    stream_done: true
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: plain
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+
+/// A descriptor carrying its own `hits_addend`: what Envoy sends when a stream is done.
+fn report(entries: &[(&str, &str)], hits: u64) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    let mut r = request("llm", &[entries], 0);
+    r.descriptors[0].hits_addend = Some(UInt64Value { value: hits });
+    r
+}
+
+/// A descriptor carrying its own `hits_addend` charged by reports, into debt; asked without one,
+/// checked at no cost.
+async fn stream_done(backend: Backend) {
+    away_from_boundary(backend, 60, 5).await;
+    let h = Harness::start(backend, &[("llm.yaml", USAGE)], "", "").await;
+    let mut c = h.client().await;
+    let ada = fresh("ada");
+    let ask = || request("llm", &[&[("user", ada.as_str())]], 1);
+    // Asked on the request path: checked at no cost, however often.
+    for _ in 0..3 {
+        let r = call(&mut c, ask()).await;
+        assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 100), "{backend:?}");
+    }
+    // Reports: 60, then 70 (past the limit: a debt), each OK whatever is left.
+    for hits in [60, 70] {
+        assert_eq!(overall(&call(&mut c, report(&[("user", &ada)], hits)).await), Code::Ok, "{backend:?}");
+    }
+    let r = call(&mut c, ask()).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::OverLimit, 0), "{backend:?}: spent");
+    // A descriptor that is not `stream_done` takes `hits_addend` as a cost, and denies.
+    let bob = fresh("bob");
+    assert_eq!(overall(&call(&mut c, report(&[("plain", &bob)], 150)).await), Code::OverLimit, "{backend:?}");
+    assert_eq!(overall(&call(&mut c, report(&[("plain", &bob)], 60)).await), Code::Ok, "{backend:?}");
+}
+
+#[tokio::test]
+async fn a_stream_done_descriptor_is_charged_by_reports_into_debt_and_checked_at_no_cost() {
+    stream_done(Backend::Memory).await;
+}
+
+#[cfg(feature = "external-programs")]
+#[tokio::test]
+async fn a_stream_done_descriptor_on_redis() {
+    stream_done(Backend::Redis).await;
+}

@@ -38,6 +38,7 @@ fn bad_values_are_errors_naming_the_field() {
         (format!("{HEAD}      unit: second\n      replaces:\n        - name: \"\"\n"), "limits.yaml:7: descriptors[0].rate_limit.replaces[0].name: must not be empty"),
         (format!("{HEAD}      unit: second\n      requests_per_unit: 200000\n      algorithm: sliding-log\n"), "limits.yaml:6: descriptors[0].rate_limit.requests_per_unit: a sliding-log limit keeps one timestamp per request"),
         ("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: \"true\"\n".to_string(), "limits.yaml:4: descriptors[0].shadow_mode: must be true or false"),
+        ("domain: d\ndescriptors:\n  - key: k\n    stream_done: yes please\n".to_string(), "limits.yaml:4: descriptors[0].stream_done: must be true or false"),
         ("domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n".to_string(), "limits.yaml:4: descriptors[0].quota_mode: is not supported by sluice"),
         ("domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n".to_string(), "limits.yaml:3: descriptors[0].share_threshold: share_threshold needs a value with `*`"),
         ("domain: d\ndescriptors:\n  - value: v\n".to_string(), "limits.yaml:3: descriptors[0].key: every descriptor needs a key"),
