@@ -40,6 +40,8 @@ mod path;
 #[cfg(feature = "toml")]
 mod raw;
 mod secret;
+#[cfg(feature = "time-zones")]
+mod time_zone;
 #[cfg(feature = "toml")]
 mod validate;
 
@@ -52,6 +54,8 @@ pub use error::ConfigError;
 pub use model::*;
 pub use path::{PathPattern, PathRefusal, PathShape, normalize_path, request_path};
 pub use secret::{REDACTED, Secret, SecretUrl};
+#[cfg(feature = "time-zones")]
+pub use time_zone::{ZONE_TABLE_UNTIL_YEAR, time_zone};
 
 /// Parses and validates configuration text; `file` names it in errors.
 #[cfg(feature = "toml")]

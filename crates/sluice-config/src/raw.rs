@@ -73,6 +73,8 @@ pub(crate) struct RawPolicy {
     pub unit: Option<String>,
     pub max_in_flight: Option<u64>,
     pub lease: Option<String>,
+    pub align: Option<String>,
+    pub timezone: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -41,6 +41,7 @@ mod policy;
 mod sliding_log;
 mod sliding_window;
 mod time;
+mod zone;
 
 pub use algorithm::{Algorithm, check_charge, check_cost};
 pub use decision::Decision;
@@ -54,3 +55,4 @@ pub use policy::{ALGORITHM_NAMES, AlgorithmKind, Policy, State};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use time::{Clock, ManualClock, NANOS_PER_MILLI, NANOS_PER_SEC, Nanos, SystemClock, ceil_millis, ceil_secs};
+pub use zone::{CalendarWindows, MAX_OFFSET_SECS, Period, Zone, ZoneError};

@@ -175,6 +175,14 @@ algorithm = "concurrency"
 max_in_flight = 4
 lease = "5m"
 
+[[policy]]
+name = "monthly"
+algorithm = "fixed-window"
+limit = 1000
+window = "1mo"
+align = "calendar"
+timezone = "Europe/Kyiv"
+
 [[route]]
 path = "/v1/chat"
 limits = [{{ policy = "in-flight", key = "ip" }}]

@@ -142,6 +142,24 @@ local function save(key, kind, st, w)
   end
 end
 
+-- A calendar window (algorithm 5): the caller, which knows the time zone, sends the bounds of
+-- the window that holds its own time and of the next, `start:end:next` in us; Redis's clock
+-- picks one (a caller a little behind across the boundary: the next; a little ahead: its own,
+-- the strict direction). Returns the window's start and length, and the longer of the two
+-- lengths: how long a state is kept, so that a state of either window outlives its window (a
+-- calendar's windows differ in length); or nil for malformed bounds.
+local function calendar_window(bounds)
+  local b = bounds and split(bounds, 3)
+  if not b or not (b[1] < b[2] and b[2] < b[3]) then
+    return nil
+  end
+  local keep = math.max(b[2] - b[1], b[3] - b[2])
+  if now >= b[2] then
+    return b[2], b[3] - b[2], keep
+  end
+  return b[1], b[2] - b[1], keep
+end
+
 -- Sliding log: a sorted set of admitted timestamps, one member per unit of cost, named
 -- `score:i` where the members of one score are always `score:0` .. `score:(k-1)`.
 

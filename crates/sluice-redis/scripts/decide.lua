@@ -9,19 +9,21 @@
 --     3 sliding window  a = limit, b = window (us)
 --     4 GCRA bucket     a = capacity, b = interval (us per token), c = requests passed without
 --                       delay when shaping, or -1 to police
+--     5 calendar window a = limit, b = 0 (settle.lua's), c = `start:end:next`, the bounds (us) of
+--                       the caller's window and the next (common.lua's calendar_window)
 --
 -- Returns {now, then per check: allowed (1/0), remaining, reset_after (us), retry_after (us),
 -- retry_after's extra nanoseconds (0..999, sliding window only), delay (us)}.
 --
 -- Every rule mirrors sluice-core exactly, in microseconds. Runs after common.lua.
 
--- Fixed window: state {start, count}.
-local function fixed_window(key, limit, w, cost)
+-- Fixed window: state {start, count}, in the window that begins at ws and lasts w (a state of
+-- a later window, from a clock that stepped back, keeps counting: the strict direction).
+local function fixed_window(key, limit, ws, w, cost)
   local st = load(key, 2)
   local start, count = st[1], st[2]
-  if not (count > 0 and now < start + w) then
-    local _, r = divmod(now, w)
-    start, count = now - r, 0
+  if not (count > 0 and start >= ws) then
+    start, count = ws, 0
   end
   local until_end = start + w - now
   if until_end < 0 then
@@ -264,12 +266,20 @@ for i = 1, #KEYS do
   local key = KEYS[i]
   local base = 3 + 5 * (i - 1)
   local algo = tonumber(ARGV[base])
-  local a, b, c = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local a, b, c = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]) -- c: nil for 5
   local cost = tonumber(ARGV[base + 4])
   local allowed, remaining, reset, retry_us, retry_ns, delay
   if algo == 1 then
-    allowed, remaining, reset, retry_us, retry_ns, delay = fixed_window(key, a, b, cost)
+    local _, r = divmod(now, b)
+    allowed, remaining, reset, retry_us, retry_ns, delay = fixed_window(key, a, now - r, b, cost)
     windows[key] = b
+  elseif algo == 5 then
+    local ws, w, keep = calendar_window(ARGV[base + 3])
+    if not ws then
+      return redis.error_reply('sluice: bad calendar bounds ' .. tostring(ARGV[base + 3]))
+    end
+    allowed, remaining, reset, retry_us, retry_ns, delay = fixed_window(key, a, ws, w, cost)
+    windows[key] = keep
   elseif algo == 2 then
     allowed, remaining, reset, retry_us, retry_ns, delay = sliding_log(key, a, b, cost)
   elseif algo == 3 then

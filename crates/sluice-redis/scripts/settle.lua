@@ -3,7 +3,8 @@
 --
 -- KEYS[i]       the stored key of settlement i
 -- ARGV[1], ARGV[2]  now and the expiry grace (common.lua)
--- ARGV[3+7(i-1) .. 9+7(i-1)]  settlement i: algorithm, a, b, c (as decide.lua), charged_at (us:
+-- ARGV[3+7(i-1) .. 9+7(i-1)]  settlement i: algorithm, a, b, c (as decide.lua; for a calendar
+--               window, b = the start of the window the charge was made in), charged_at (us:
 --               the time the decision script returned), back (units to give back), over (units
 --               to charge beyond the reservation, at most twice the limit: a debt is at most one
 --               limit); one of back and over is 0
@@ -25,24 +26,23 @@ local function min(x, y)
   return y
 end
 
--- Fixed window {start, count}: given back while the state counts the charge's window; charged
--- in the window of now, up to twice the limit counted.
-local function fixed_window(key, limit, w, charged, back, over)
+-- Fixed window {start, count}: given back while the state counts the charge's window (it began
+-- at cs); charged in the window of now (it begins at ws), up to twice the limit counted. The
+-- state is kept for `keep` after its start (calendar_window's).
+local function fixed_window(key, limit, cs, ws, keep, back, over)
   local st = load(key, 2)
   local start, count = st[1], st[2]
   if back > 0 then
-    local _, r = divmod(charged, w)
-    if start == charged - r then
+    if start == cs then
       count = max(count - back, 0)
     end
   else
-    if not (count > 0 and now < start + w) then
-      local _, r = divmod(now, w)
-      start, count = now - r, 0
+    if not (count > 0 and start >= ws) then
+      start, count = ws, 0
     end
     count = max(count, min(count + over, 2 * limit))
   end
-  save(key, 1, { start, count }, w)
+  save(key, 1, { start, count }, keep)
 end
 
 -- Sliding window counter {start, prev, curr}: given back to the count of the charge's window
@@ -131,7 +131,15 @@ for i = 1, #KEYS do
   local charged, back, over = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]), tonumber(ARGV[base + 6])
   if back > 0 or over > 0 then
     if algo == 1 then
-      fixed_window(key, a, b, charged, back, over)
+      local _, rc = divmod(charged, b)
+      local _, rn = divmod(now, b)
+      fixed_window(key, a, charged - rc, now - rn, b, back, over)
+    elseif algo == 5 then
+      local ws, _, keep = calendar_window(ARGV[base + 3])
+      if not ws then
+        return redis.error_reply('sluice: bad calendar bounds ' .. tostring(ARGV[base + 3]))
+      end
+      fixed_window(key, a, b, ws, keep, back, over)
     elseif algo == 2 then
       sliding_log(key, a, b, charged, back, over)
     elseif algo == 3 then

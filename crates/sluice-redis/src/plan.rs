@@ -4,7 +4,7 @@
 use std::hash::Hasher;
 
 use siphasher::sip::SipHasher13;
-use sluice_core::{Algorithm, LeakMode, Policy};
+use sluice_core::{Algorithm, CalendarWindows, LeakMode, Nanos, Policy};
 use sluice_store::{KeyHash, NamedPolicy};
 
 use crate::error::RedisStoreError;
@@ -19,6 +19,7 @@ const FIXED_WINDOW: u8 = 1;
 const SLIDING_LOG: u8 = 2;
 const SLIDING_WINDOW: u8 = 3;
 const GCRA: u8 = 4;
+const CALENDAR_WINDOW: u8 = 5;
 
 /// One policy, ready to be sent.
 #[derive(Debug, Clone)]
@@ -27,13 +28,47 @@ pub(crate) struct ScriptPolicy {
     pub limit: u64,
     /// `prefix:policy:fingerprint:{`, to which a key's hex and `}` are appended.
     pub key_head: String,
-    /// The check's arguments before the cost: algorithm, a, b, c.
+    /// The check's arguments before the cost: algorithm, a, b, c. For a calendar window, what
+    /// its fingerprint is made of (algorithm, limit, zone, period): the arguments it sends are
+    /// [`ScriptPolicy::args_at`]'s.
     pub args: [String; 4],
     /// The same arguments as RESP bulk strings, as the lean path writes them.
     pub resp_args: Vec<u8>,
+    /// The calendar of a calendar window, whose bounds the script is sent with each call.
+    pub calendar: Option<CalendarWindows>,
 }
 
 impl ScriptPolicy {
+    /// The arguments before the cost of a call at `at` (the caller's time) for a charge made at
+    /// `charged_at` (settlements; `None` for decisions): the fixed ones, or a calendar window's
+    /// `5, limit, start of the charge's window, start:end:next` around `at`, in microseconds.
+    pub fn args_at(&self, at: Nanos, charged_at: Option<Nanos>) -> std::borrow::Cow<'_, [String; 4]> {
+        let Some(c) = self.calendar else {
+            return std::borrow::Cow::Borrowed(&self.args);
+        };
+        let (start, end) = c.bounds(at);
+        let next = c.bounds(end).1;
+        let charged = charged_at.map_or(0, |t| c.bounds(t).0);
+        let us = |t: Nanos| (t / 1000).to_string();
+        std::borrow::Cow::Owned([
+            CALENDAR_WINDOW.to_string(),
+            self.limit.to_string(),
+            us(charged),
+            format!("{}:{}:{}", us(start), us(end), us(next)),
+        ])
+    }
+
+    /// [`ScriptPolicy::args_at`] as RESP bulk strings, appended to `out`.
+    pub fn push_args_at(&self, out: &mut Vec<u8>, at: Nanos) {
+        if self.calendar.is_none() {
+            out.extend_from_slice(&self.resp_args);
+            return;
+        }
+        for arg in self.args_at(at, None).iter() {
+            crate::resp::bulk(out, arg.as_bytes());
+        }
+    }
+
     /// The stored key of `key` under this policy.
     pub fn key(&self, key: &KeyHash) -> String {
         let mut k = Vec::with_capacity(self.key_len());
@@ -85,7 +120,12 @@ pub(crate) fn plan(prefix: &str, named: &NamedPolicy) -> Result<ScriptPolicy, Re
         }
         Ok(us)
     };
+    let calendar = match &named.policy {
+        Policy::FixedWindow(p) => p.calendar_windows(),
+        _ => None,
+    };
     let (algo, a, b, c): (u8, u64, u64, i64) = match &named.policy {
+        Policy::FixedWindow(p) if calendar.is_some() => (CALENDAR_WINDOW, p.limit(), 0, 0),
         Policy::FixedWindow(p) => (FIXED_WINDOW, p.limit(), window_micros(p.window())?, 0),
         Policy::SlidingLog(p) => (SLIDING_LOG, p.limit(), window_micros(p.window())?, 0),
         Policy::SlidingWindow(p) => (SLIDING_WINDOW, p.limit(), window_micros(p.window())?, 0),
@@ -106,13 +146,22 @@ pub(crate) fn plan(prefix: &str, named: &NamedPolicy) -> Result<ScriptPolicy, Re
             "capacity x interval ({a} x {b} us) exceeds the Redis store's bound of 2^50 us"
         )));
     }
-    let args = [algo.to_string(), a.to_string(), b.to_string(), c.to_string()];
+    let args = match calendar {
+        Some(cal) => [algo.to_string(), a.to_string(), cal.zone().name().to_string(), cal.period().name().to_string()],
+        None => [algo.to_string(), a.to_string(), b.to_string(), c.to_string()],
+    };
     let fingerprint = fingerprint(&args);
     let mut resp_args = Vec::new();
     for arg in &args {
         crate::resp::bulk(&mut resp_args, arg.as_bytes());
     }
-    Ok(ScriptPolicy { limit: a, key_head: format!("{prefix}:{}:{fingerprint}:{{", named.name), args, resp_args })
+    Ok(ScriptPolicy {
+        limit: a,
+        key_head: format!("{prefix}:{}:{fingerprint}:{{", named.name),
+        args,
+        resp_args,
+        calendar,
+    })
 }
 
 /// Eight hex digits that change when the algorithm or a parameter changes, so that state written
@@ -162,6 +211,29 @@ mod tests {
         assert_ne!(fp(&a), fp(&d));
         // Pinned: instances built from other compilers or versions must agree.
         assert_eq!(fp(&a), "1dc4d797");
+    }
+
+    #[test]
+    fn a_calendar_window_sends_the_bounds_around_the_callers_time() {
+        use sluice_core::{CalendarWindows, Period, Zone};
+        let zone = Zone::new("Test/Plus2", 7_200, vec![]).unwrap().interned();
+        let daily = FixedWindow::calendar(5, CalendarWindows::new(Period::Day, zone)).unwrap();
+        let p = plan("s", &named("d", daily)).unwrap();
+        // Fingerprinted by zone and period; sent as algorithm 5 with the day and the next.
+        assert_eq!(p.args, ["5", "5", "Test/Plus2", "1d"].map(String::from));
+        let noon = (19_700 * 86_400 + 10 * 3_600) * NANOS_PER_SEC; // 12:00 at UTC+2
+        let day = |d: u64| ((d * 86_400 - 7_200) * 1_000_000).to_string();
+        let sent = p.args_at(noon, None);
+        assert_eq!(
+            *sent,
+            ["5".into(), "5".into(), "0".into(), format!("{}:{}:{}", day(19_700), day(19_701), day(19_702))]
+        );
+        // A settlement names the start of the day its charge was made in.
+        let yesterday = noon - 86_400 * NANOS_PER_SEC;
+        assert_eq!(p.args_at(noon, Some(yesterday))[2], day(19_699));
+        let other =
+            plan("s", &named("d", FixedWindow::calendar(5, CalendarWindows::new(Period::Month, zone)).unwrap()));
+        assert_ne!(p.key_head, other.unwrap().key_head, "another period, another key");
     }
 
     #[test]

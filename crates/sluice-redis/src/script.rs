@@ -69,6 +69,18 @@ pub(crate) struct ScriptCall<'a, T> {
 }
 
 impl<T> ScriptCall<'_, T> {
+    /// The time calendar windows are computed at: the caller's time when it passes one, else
+    /// this machine's wall clock (Redis's may differ a little: the script then picks between
+    /// the window of this time and the next, `common.lua`'s `calendar_window`).
+    pub(crate) fn caller_time(&self) -> sluice_core::Nanos {
+        match self.now {
+            Some(us) => us.saturating_mul(1000),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        }
+    }
+
     /// `name script numkeys` and the stored key of each item, then the time arguments.
     pub(crate) fn head(&self, name: &str, script: &str, check: impl Fn(&T) -> &Check) -> Cmd {
         let mut cmd = redis::cmd(name);
@@ -92,9 +104,10 @@ pub(crate) type Call<'a> = ScriptCall<'a, Check>;
 impl Call<'_> {
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = self.head(name, script, |c| c);
+        let at = self.caller_time();
         for &i in &self.indices {
             let c = &self.items[i];
-            cmd.arg(&self.plans[c.policy].args[..]).arg(c.cost);
+            cmd.arg(&self.plans[c.policy].args_at(at, None)[..]).arg(c.cost);
         }
         if self.peek {
             cmd.arg("peek");
@@ -121,9 +134,10 @@ impl Call<'_> {
             None => resp::bulk(out, b""),
         }
         resp::bulk_u64(out, self.grace_ms);
+        let at = self.caller_time();
         for &i in &self.indices {
             let c = &self.items[i];
-            out.extend_from_slice(&self.plans[c.policy].resp_args);
+            self.plans[c.policy].push_args_at(out, at);
             resp::bulk_u64(out, c.cost);
         }
         if self.peek {

@@ -22,11 +22,12 @@ pub(crate) fn back_and_over(s: &Settle, limit: u64) -> (u64, u64) {
 impl SettleCall<'_> {
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut cmd = self.head(name, script, |s| &s.check);
+        let at = self.caller_time();
         for &i in &self.indices {
             let s = &self.items[i];
             let plan = &self.plans[s.check.policy];
             let (back, over) = back_and_over(s, plan.limit);
-            cmd.arg(&plan.args[..]).arg(s.charged_at / 1000).arg(back).arg(over);
+            cmd.arg(&plan.args_at(at, Some(s.charged_at))[..]).arg(s.charged_at / 1000).arg(back).arg(over);
         }
         cmd
     }

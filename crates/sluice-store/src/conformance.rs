@@ -54,8 +54,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
 use sluice_core::{
-    CostError, Decision, FixedWindow, LeakMode, LeakyBucket, NANOS_PER_MILLI, NANOS_PER_SEC, Nanos, Policy, SlidingLog,
-    SlidingWindow, State, TokenBucket,
+    CalendarWindows, CostError, Decision, FixedWindow, LeakMode, LeakyBucket, NANOS_PER_MILLI, NANOS_PER_SEC, Nanos,
+    Period, Policy, SlidingLog, SlidingWindow, State, TokenBucket, Zone,
 };
 
 use crate::key::{KeyHash, KeyHasher};
@@ -181,9 +181,18 @@ impl Reference {
     }
 }
 
+/// A zone whose clocks change twice in the scenarios' first days: UTC+2, UTC+3 from
+/// `T0 + 1 day` (its midnight skipped by an hour), UTC+2 again from `T0 + 3 days`.
+pub fn changing_zone() -> &'static Zone {
+    let t0 = (T0 / NANOS_PER_SEC) as i64;
+    let changes = vec![(t0 + 86_400 + 7_000, 3 * 3_600), (t0 + 3 * 86_400 + 50_000, 2 * 3_600)];
+    Zone::new("Conformance/Changing", 2 * 3_600, changes).expect("a valid zone").interned()
+}
+
 /// The policies the per-algorithm scenarios use: two parameter sets per algorithm (three for the
-/// leaky bucket: police, shape, shape with a free burst), every window and token interval a whole
-/// number of microseconds.
+/// leaky bucket: police, shape, shape with a free burst; and calendar days and months for the
+/// fixed window, in [`changing_zone`]), every window and token interval a whole number of
+/// microseconds.
 pub fn policies() -> Vec<NamedPolicy> {
     let ms = NANOS_PER_MILLI;
     let named = |name: &str, policy: Policy| NamedPolicy { name: name.to_string(), policy };
@@ -191,6 +200,14 @@ pub fn policies() -> Vec<NamedPolicy> {
     vec![
         named("fw-3-per-1s", FixedWindow::new(3, NANOS_PER_SEC).expect(valid).into()),
         named("fw-10-per-250ms", FixedWindow::new(10, 250 * ms).expect(valid).into()),
+        named(
+            "fw-4-per-day",
+            FixedWindow::calendar(4, CalendarWindows::new(Period::Day, changing_zone())).expect(valid).into(),
+        ),
+        named(
+            "fw-6-per-month",
+            FixedWindow::calendar(6, CalendarWindows::new(Period::Month, changing_zone())).expect(valid).into(),
+        ),
         named("log-4-per-2s", SlidingLog::new(4, 2 * NANOS_PER_SEC).expect(valid).into()),
         named("log-10-per-500ms", SlidingLog::new(10, 500 * ms).expect(valid).into()),
         named("sw-5-per-1s", SlidingWindow::new(5, NANOS_PER_SEC).expect(valid).into()),
@@ -257,9 +274,12 @@ async fn for_algorithm(make: &mut impl StoreFactory, algorithm: &str, seed: u64)
         let mut rng = SplitMix(seed.wrapping_mul(31).wrapping_add(n as u64));
         let limit = p.policy.limit();
         let window = p.policy.window();
-        // The last microsecond of an aligned window, then the first of the next, each with a
-        // burst one above the limit.
-        let edge = T0 - T0 % window + window - NANOS_PER_MICRO;
+        // The last microsecond of a window, then the first of the next, each with a burst one
+        // above the limit.
+        let edge = match p.policy {
+            Policy::FixedWindow(f) => f.bounds(T0).1,
+            _ => T0 - T0 % window + window,
+        } - NANOS_PER_MICRO;
         for now in [edge, edge + NANOS_PER_MICRO] {
             for _ in 0..=limit {
                 let checks = [Check { policy: 0, key: key(0), cost: 1 }];

@@ -387,6 +387,41 @@ fn a_window_restored_on_another_grid_counts_until_the_grid_says_so() {
 }
 
 #[test]
+fn a_calendar_day_is_kept_until_the_zones_midnight_and_moved_to_a_midnight() {
+    use sluice_core::{CalendarWindows, Period, Zone};
+    // A day in UTC+2: T0 (2023-11-14 22:13:20 UTC) is 00:13:20 on the 15th there, whose day
+    // ends at 22:00 UTC on the 15th.
+    let zone = Zone::new("Test/Plus2", 2 * 3_600, vec![]).unwrap().interned();
+    let daily = || {
+        let w = FixedWindow::calendar(2, CalendarWindows::new(Period::Day, zone)).unwrap();
+        vec![NamedPolicy { name: "daily".into(), policy: w.into() }]
+    };
+    let midnight = (1_700_000_000 / 86_400 + 1) * 86_400 * S + 22 * 3_600 * S;
+    assert_eq!(FixedWindow::calendar(2, CalendarWindows::new(Period::Day, zone)).unwrap().bounds(T0).1, midnight);
+    // A clock continued (within a second) or the same: the day ends at its midnight on the
+    // writer's clock. Another clock, a second and a nanosecond ahead: the moved end falls just
+    // after the new clock's midnight, and goes on to the next (a day later, never earlier).
+    let beyond = CONTINUE_WITHIN as i64 + 1;
+    for (offset, until) in [(SI / 2, midnight), (0, midnight), (beyond, midnight + 86_400 * S - S)] {
+        let dir = Scratch::new("calendar");
+        let store = MemoryStore::new(daily(), MemoryOptions::default(), Arc::new(ManualClock::new(T0)));
+        while store.decide_at(&req(0, 0, 1), T0).unwrap().allowed {}
+        store.write_snapshot_at(&dir.file(), &secret(), written_at(T0 + S)).unwrap();
+        let now = T0 + 3 * S;
+        let clock = now.checked_add_signed(offset).unwrap();
+        let (store, restored, _) = restart(daily(), MemoryOptions::default(), &dir.file(), clock, 2 * SI);
+        let report = loaded(&restored);
+        assert!(report.policies[0].restored, "{report:?}");
+        let continued = report.clock_offset;
+        let at = |t: Nanos| t.checked_add_signed(offset - continued).unwrap();
+        assert!(!store.decide_at(&req(0, 0, 1), at(midnight - S)).unwrap().allowed, "offset {offset}: spent all day");
+        // The first second, on the writer's clock, at which the key is admitted again.
+        let first = (0..3).map(|d| until - S + d * S).find(|&t| store.decide_at(&req(0, 0, 1), at(t)).unwrap().allowed);
+        assert_eq!(first, Some(until), "offset {offset}");
+    }
+}
+
+#[test]
 fn a_million_keys_go_through_a_snapshot_at_their_bound() {
     // The default bound of one policy, full of spent buckets: the file holds 24 bytes a key
     // (its hash and the bucket's time), and reading it back restores every key.

@@ -37,7 +37,15 @@ pub const UNROUTED_UNLIMITED: &str = "requests that no route matches are let thr
 
 fn policy_text(p: &Policy) -> String {
     match p {
-        Policy::FixedWindow(f) => format!("fixed-window limit={} window={}", p.limit(), format_duration(f.window())),
+        Policy::FixedWindow(f) => match f.calendar_windows() {
+            Some(c) => format!(
+                "fixed-window limit={} window={} align=calendar timezone={}",
+                p.limit(),
+                c.period().name(),
+                c.zone().name()
+            ),
+            None => format!("fixed-window limit={} window={}", p.limit(), format_duration(f.window())),
+        },
         Policy::SlidingLog(f) => format!("sliding-log limit={} window={}", p.limit(), format_duration(f.window())),
         Policy::SlidingWindow(f) => {
             format!("sliding-window limit={} window={}", p.limit(), format_duration(f.window()))

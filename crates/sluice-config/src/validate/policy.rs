@@ -3,7 +3,8 @@
 use std::ops::Range;
 
 use sluice_core::{
-    ALGORITHM_NAMES, AlgorithmKind, FixedWindow, LeakMode, LeakyBucket, Policy, SlidingLog, SlidingWindow, TokenBucket,
+    ALGORITHM_NAMES, AlgorithmKind, CalendarWindows, FixedWindow, LeakMode, LeakyBucket, Period, Policy, SlidingLog,
+    SlidingWindow, TokenBucket,
 };
 
 use crate::defaults::{DEFAULT_LEASE, MAX_SLIDING_LOG_LIMIT};
@@ -24,7 +25,7 @@ pub(super) fn policy(
     if p.name.is_empty() {
         return Err(err("name", "must not be empty".into()));
     }
-    let present: [(&str, bool); 9] = [
+    let present: [(&str, bool); 11] = [
         ("limit", p.limit.is_some()),
         ("window", p.window.is_some()),
         ("capacity", p.capacity.is_some()),
@@ -34,6 +35,8 @@ pub(super) fn policy(
         ("delay", p.delay.is_some()),
         ("max_in_flight", p.max_in_flight.is_some()),
         ("lease", p.lease.is_some()),
+        ("align", p.align.is_some()),
+        ("timezone", p.timezone.is_some()),
     ];
     let only = |allowed: &[&str]| match present.iter().find(|(f, there)| *there && !allowed.contains(f)) {
         Some((field, _)) => {
@@ -61,7 +64,8 @@ pub(super) fn policy(
         return Err(err("algorithm", format!("unknown algorithm `{}` ({known}, concurrency)", p.algorithm)));
     };
     let allowed: &[&str] = match kind {
-        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => &["limit", "window"],
+        AlgorithmKind::FixedWindow => &["limit", "window", "align", "timezone"],
+        AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => &["limit", "window"],
         AlgorithmKind::TokenBucket => &["capacity", "refill_per_second"],
         AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay"],
     };
@@ -71,14 +75,20 @@ pub(super) fn policy(
     let windowed = || -> Result<(u64, u64), ConfigError> {
         let limit = p.limit.ok_or_else(|| need("limit"))?;
         let text = p.window.as_deref().ok_or_else(|| need("window"))?;
-        let window = parse_duration(text).map_err(|m| err("window", m))?;
+        let window = parse_duration(text).map_err(|m| match Period::parse(text) {
+            Some(_) => err("window", format!("`{text}` is a calendar window: add `align = \"calendar\"`")),
+            None => err("window", m),
+        })?;
         Ok((limit, window))
     };
     let policy: Policy = match kind {
-        AlgorithmKind::FixedWindow => {
-            let (l, w) = windowed()?;
-            FixedWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
-        }
+        AlgorithmKind::FixedWindow => match calendar_window(&p).map_err(|(field, m)| err(field, m))? {
+            Some(calendar) => calendar,
+            None => {
+                let (l, w) = windowed()?;
+                FixedWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+            }
+        },
         AlgorithmKind::SlidingLog => {
             let (l, w) = windowed()?;
             if l > MAX_SLIDING_LOG_LIMIT {
@@ -118,6 +128,39 @@ pub(super) fn policy(
     let (shadow, soft) = enforcement(&p.enforce, p.shadow).map_err(|(f, m)| err(f, m))?;
     let unit = unit(p.unit).map_err(|m| err("unit", m))?;
     Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, concurrency: false })
+}
+
+/// A fixed window that follows the calendar (`align = "calendar"`, a `window` of `1d`, `1w`,
+/// `1mo` or `1y`, a `timezone`, UTC unless given); `None` for windows aligned to the epoch; or
+/// the field at fault and why.
+fn calendar_window(p: &RawPolicy) -> Result<Option<Policy>, (&'static str, String)> {
+    match p.align.as_deref() {
+        Some("calendar") => {}
+        Some("epoch") | None if p.timezone.is_none() => return Ok(None),
+        Some("epoch") | None => {
+            return Err(("timezone", "applies only to `align = \"calendar\"` (windows of the calendar)".into()));
+        }
+        Some(other) => {
+            return Err((
+                "align",
+                format!(
+                    "`{other}` is not one of `epoch` (every window's length since 1970, the default) \
+                     or `calendar` (days, weeks, months, years of a time zone)"
+                ),
+            ));
+        }
+    }
+    let limit = p.limit.ok_or(("limit", format!("{} needs `limit`", p.algorithm)))?;
+    let text = p.window.as_deref().ok_or(("window", format!("{} needs `window`", p.algorithm)))?;
+    let period = Period::parse(text).ok_or_else(|| {
+        (
+            "window",
+            format!("`{text}`: a calendar window is one of {}", Period::ALL_NAMES.map(|n| format!("`{n}`")).join(", ")),
+        )
+    })?;
+    let zone = crate::time_zone(p.timezone.as_deref().unwrap_or("UTC")).map_err(|m| ("timezone", m))?;
+    let windows = CalendarWindows::new(period, zone);
+    FixedWindow::calendar(limit, windows).map(|w| Some(w.into())).map_err(|e| ("limit", e.to_string()))
 }
 
 /// `(shadow, soft)` from `enforce` and the older `shadow` flag; or the field at fault and why.

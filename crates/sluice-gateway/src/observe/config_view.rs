@@ -159,6 +159,16 @@ pub fn policy_json(p: &PolicyInfo) -> Value {
 fn policy_params(p: &Policy) -> Value {
     let per_second = |interval: u64| 1e9 / interval as f64;
     match p {
+        Policy::FixedWindow(f) if f.calendar_windows().is_some() => {
+            let c = f.calendar_windows().expect("checked");
+            json!({
+                "algorithm": p.name(),
+                "limit": p.limit(),
+                "window": c.period().name(),
+                "align": "calendar",
+                "timezone": c.zone().name(),
+            })
+        }
         Policy::FixedWindow(_) | Policy::SlidingLog(_) | Policy::SlidingWindow(_) => json!({
             "algorithm": p.name(),
             "limit": p.limit(),

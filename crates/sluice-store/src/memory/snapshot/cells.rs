@@ -142,8 +142,10 @@ impl<A: Meter> Persist<A> for BucketCell {
 impl Persist<FixedWindow> for WindowCell {
     const BYTES: usize = 16;
 
+    /// A calendar's windows are no grid: their cells are moved by any time, then to the end of
+    /// the window they land in ([`Persist::moved`]).
     fn grain(alg: &FixedWindow) -> Nanos {
-        alg.window()
+        if alg.calendar_windows().is_some() { 1 } else { alg.window() }
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -155,20 +157,32 @@ impl Persist<FixedWindow> for WindowCell {
         Self { end: word(bytes, 0), count: word(bytes, 1) }
     }
 
-    /// A count within the limit, in a window that ends on the grid, no later than the end of
-    /// the window the writer was in.
+    /// A count within the limit, in a window that ends where a window ends, no later than the
+    /// end of the window the writer was in.
     fn fits(&self, alg: &FixedWindow, captured: Nanos) -> bool {
-        let w = alg.window();
-        let latest = u128::from(captured - captured % w) + u128::from(w);
-        (1..=alg.limit()).contains(&self.count) && self.end.is_multiple_of(w) && u128::from(self.end) <= latest
+        let latest = u128::from(alg.bounds(captured).1);
+        let on_edge = match alg.calendar_windows() {
+            Some(_) => self.end > 0 && alg.bounds(self.end - 1).1 == self.end,
+            None => self.end.is_multiple_of(alg.window()),
+        };
+        (1..=alg.limit()).contains(&self.count) && on_edge && u128::from(self.end) <= latest
     }
 
     fn live(&self, _: &FixedWindow, now: Nanos) -> bool {
         self.count > 0 && now < self.end
     }
 
+    /// Moved by `by`; a calendar window's end then goes on to the end of the window it lands
+    /// in, the strict direction.
     fn moved(self, alg: &FixedWindow, by: i128) -> Self {
-        Self { end: shift(self.end, by, grid_max(alg.window())), count: self.count }
+        let end = match alg.calendar_windows() {
+            Some(c) => match shift(self.end, by, u64::MAX) {
+                0 => 0,
+                t => c.bounds(t - 1).1,
+            },
+            None => shift(self.end, by, grid_max(alg.window())),
+        };
+        Self { end, count: self.count }
     }
 }
 

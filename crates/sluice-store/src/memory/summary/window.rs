@@ -53,7 +53,7 @@ impl Summary<FixedWindow> for WindowCell {
         if !self.live(now) {
             return FixedWindowState::default();
         }
-        let (state, admitted) = charged(alg, FixedWindowState::default(), self.end - alg.window(), self.count);
+        let (state, admitted) = charged(alg, FixedWindowState::default(), alg.bounds(self.end - 1).0, self.count);
         debug_assert!(admitted, "a count within the limit");
         state
     }
