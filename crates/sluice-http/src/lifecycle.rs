@@ -597,7 +597,9 @@ impl<'a> Lifecycle<'a> {
             .charged(&ruling.checks, outcome)
             .filter_map(|(i, settle)| {
                 if held(settle.check.policy) {
-                    from_body.push((settle, Reading::Release));
+                    // A concurrency limit is a sliding log of leases: its window is the lease.
+                    let lease = enforcer.policy(settle.check.policy).map_or(0, |p| p.policy.window());
+                    from_body.push((settle, Reading::Release { lease }));
                     return None;
                 }
                 let from = limits.get(ruling.positions[i])?.cost_from.as_ref()?;

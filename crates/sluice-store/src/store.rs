@@ -356,6 +356,12 @@ pub trait Store: Send + Sync {
         let _ = settles;
         None
     }
+
+    /// The store's own time, when this process keeps it (the memory store's clock); `None` when
+    /// another process does (Redis's), and a caller who must name a time uses its own.
+    fn now(&self) -> Option<Nanos> {
+        None
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -409,5 +415,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn settle_at_once(&self, settles: &[Settle]) -> Option<Result<(), StoreError>> {
         (**self).settle_at_once(settles)
+    }
+
+    fn now(&self) -> Option<Nanos> {
+        (**self).now()
     }
 }

@@ -1,6 +1,7 @@
 //! `algorithm = "concurrency"` through the binary: a key holds at most `max_in_flight` requests
-//! at once, each from its admission until its response ends or its client leaves; on Redis, the
-//! slots of an instance killed mid-request come back when their lease ends.
+//! at once, each from its admission until its response ends or its client leaves, however long
+//! that is (its slots renewed while it lives); on Redis, the slots of an instance killed
+//! mid-request come back when their lease ends.
 
 #[cfg(feature = "external-programs")]
 #[path = "../../sluice-redis/tests/support/mod.rs"]
@@ -132,6 +133,36 @@ fn on_redis_a_killed_instances_slots_come_back_when_their_lease_ends() {
     assert_eq!(back.status, 200, "the slots came back with their lease");
     let waited = started.elapsed();
     assert!(waited < Duration::from_secs(4), "the lease is 2 s; waited {waited:?}");
+}
+
+/// Streams living three times their lease of 1 s keep their slots (renewed every third of it),
+/// and give them back when they end.
+fn renewed_while_they_live(gateway: SocketAddr) {
+    let first = open_stream(gateway);
+    let _second = open_stream(gateway);
+    thread::sleep(Duration::from_secs(3));
+    let third = http(gateway, "GET", "/quick", b"");
+    assert_eq!(third.status, 429, "streams older than their lease still hold their slots: {}", third.text());
+    drop(first);
+    assert_eq!(admitted_again(gateway, Duration::from_secs(10)).status, 200);
+}
+
+#[test]
+fn a_stream_longer_than_its_lease_keeps_its_slot() {
+    let dir = TempDir::new("concurrency-renewed");
+    let gw = Serve::gateway(&dir.write("gateway.toml", &config(upstream(answer), "1s", "")));
+    renewed_while_they_live(([127, 0, 0, 1], gw.port).into());
+}
+
+#[cfg(feature = "external-programs")]
+#[test]
+fn on_redis_a_stream_longer_than_its_lease_keeps_its_slot() {
+    let redis = redis_support::RedisServer::start();
+    let dir = TempDir::new("concurrency-renewed-redis");
+    let store = support::redis_store(&redis.url());
+    let config = format!("{}{store}", config(upstream(answer), "1s", support::SHARED_SECRET));
+    let gw = Serve::gateway(&dir.write("gateway.toml", &config));
+    renewed_while_they_live(([127, 0, 0, 1], gw.port).into());
 }
 
 #[test]

@@ -34,6 +34,7 @@
 //! ```
 
 mod events;
+mod lease;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -44,6 +45,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use serde_json::Value;
 use sluice_config::CostFrom;
+use sluice_core::Nanos;
 use sluice_store::{Settle, Store};
 
 use events::Events;
@@ -61,8 +63,12 @@ pub enum Reading {
     Json(String),
     /// The body bytes sent.
     Bytes,
-    /// Nothing: a slot of a concurrency limit, held while the response lives, given back.
-    Release,
+    /// Nothing: a slot of a concurrency limit, held while the response lives (renewed every
+    /// third of its lease, the policy's window), given back at its end.
+    Release {
+        /// The slot's lease: how long it is held without being renewed.
+        lease: Nanos,
+    },
 }
 
 impl Reading {
@@ -81,8 +87,10 @@ impl Reading {
 pub struct Meter {
     /// Where the charges were made, and are settled.
     store: Arc<dyn Store>,
-    /// Each charge, and what it is settled to.
+    /// Each charge read from the body, and what it is settled to.
     pending: Vec<(Settle, Reading)>,
+    /// The concurrency slots held while the body lives.
+    held: Option<lease::Held>,
     /// Data bytes sent so far.
     sent: u64,
     /// How the body's JSON is read, if a charge needs it.
@@ -116,6 +124,11 @@ impl Meter {
         if pending.is_empty() {
             return None;
         }
+        let (slots, pending): (Vec<_>, Vec<_>) =
+            pending.into_iter().partition(|(_, r)| matches!(r, Reading::Release { .. }));
+        let slots: Vec<(Settle, Nanos)> =
+            slots.into_iter().map(|(s, r)| (s, if let Reading::Release { lease } = r { lease } else { 0 })).collect();
+        let held = (!slots.is_empty()).then(|| lease::Held::new(store.clone(), slots));
         let reads_json = pending.iter().any(|(_, r)| matches!(r, Reading::Json(_)));
         let json = if !reads_json {
             Json::Off
@@ -127,7 +140,7 @@ impl Meter {
         } else {
             Json::Whole(Some(Vec::new()))
         };
-        Some(Self { store, pending, sent: 0, json, done: false })
+        Some(Self { store, pending, held, sent: 0, json, done: false })
     }
 
     /// Gives up reading the body (a face that cannot see it, or a response that is not the one
@@ -135,7 +148,7 @@ impl Meter {
     /// so its concurrency slots are given back.
     pub fn unmetered(mut self) {
         tracing::debug!(target: "sluice::settle", "this response's body is not metered: the reservation stands");
-        self.pending.retain(|(_, r)| *r == Reading::Release);
+        self.pending.clear();
         self.finish(false);
     }
 
@@ -198,6 +211,9 @@ impl Meter {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
+        if let Some(held) = &mut self.held {
+            held.release();
+        }
         let doc = match &mut self.json {
             Json::Whole(Some(buf)) if complete => serde_json::from_slice::<Value>(buf).ok(),
             _ => None,
@@ -208,7 +224,7 @@ impl Meter {
             .enumerate()
             .filter_map(|(i, (settle, reading))| {
                 let actual = match (reading, &self.json) {
-                    (Reading::Release, _) => Some(0),
+                    (Reading::Release { .. }, _) => Some(0),
                     (Reading::Bytes, _) => Some(self.sent),
                     (Reading::Json(_), Json::Events(_, found)) => found[i],
                     (Reading::Json(_), _) => doc.as_ref().and_then(|d| at_pointer(d, reading)),

@@ -245,7 +245,8 @@ fn without_a_runtime_an_awaited_settlement_is_given_up_not_a_panic() {
 fn a_concurrency_slot_is_given_back_at_the_end_at_the_client_leaving_or_when_given_up() {
     for frames in [ALL, 1, 0] {
         let (store, settle) = reserved();
-        let meter = Meter::new(store.clone(), vec![(settle, Reading::Release)], &HeaderMap::new()).unwrap();
+        let meter =
+            Meter::new(store.clone(), vec![(settle, Reading::Release { lease: 0 })], &HeaderMap::new()).unwrap();
         let mut body = Metered::new(Chunks([Bytes::from_static(b"ab"), Bytes::from_static(b"cd")].into()));
         body.attach(meter);
         let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -261,9 +262,96 @@ fn a_concurrency_slot_is_given_back_at_the_end_at_the_client_leaving_or_when_giv
     let (store, settle) = reserved();
     let other = Check { key: KeyHash([4; 16]), ..settle.check };
     let second = Settle { check: other, charged_at: store.decide_now(&[other]).unwrap().charged_at(0), actual: 5 };
-    let pending = vec![(settle, Reading::Release), (second, Reading::Bytes)];
+    let pending = vec![(settle, Reading::Release { lease: 0 }), (second, Reading::Bytes)];
     Meter::new(store.clone(), pending, &HeaderMap::new()).unwrap().unmetered();
     assert_eq!(charged(&store), 0, "released");
     let d = store.decide_now(&[Check { cost: 1, ..other }]).unwrap();
     assert_eq!(CAPACITY - d.decisions[0].remaining - 1, 5, "the bytes' reservation stands");
+}
+
+/// One slot per key, leased for 3 s, on a memory store whose clock moves by hand; a request
+/// holding it.
+fn slot_held(store: Arc<dyn Store>, memory: &MemoryStore) -> (Meter, Check) {
+    let check = Check { policy: 0, key: KeyHash([5; 16]), cost: 1 };
+    let v = memory.decide_now(&[check]).unwrap();
+    assert!(v.allowed);
+    let slot = (Settle { check, charged_at: v.charged_at(0), actual: 1 }, Reading::Release { lease: 3 * SEC });
+    (Meter::new(store, vec![slot], &HeaderMap::new()).unwrap(), check)
+}
+
+const SEC: u64 = sluice_core::NANOS_PER_SEC;
+
+fn slots_store(clock: Arc<ManualClock>) -> Arc<MemoryStore> {
+    let slots = NamedPolicy { name: "slots".into(), policy: sluice_core::SlidingLog::new(1, 3 * SEC).unwrap().into() };
+    Arc::new(MemoryStore::new(vec![slots], MemoryOptions::default(), clock))
+}
+
+/// Both clocks (the store's and the runtime's, paused) moved by `by`, and the renewal let run.
+async fn pass(clock: &ManualClock, by: std::time::Duration) {
+    clock.advance(by.as_nanos() as u64);
+    tokio::time::advance(by).await;
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_slot_held_past_its_lease_is_renewed_until_the_response_ends() {
+    let clock = Arc::new(ManualClock::new(1_000 * SEC));
+    let store = slots_store(clock.clone());
+    let (meter, check) = slot_held(store.clone(), &store);
+    // Ten seconds, more than three leases: the slot is renewed every second and still held.
+    for step in 0..20 {
+        pass(&clock, std::time::Duration::from_millis(500)).await;
+        assert!(!store.decide_now(&[check]).unwrap().allowed, "the slot was let go after {} ms", (step + 1) * 500);
+    }
+    drop(meter);
+    assert!(store.decide_now(&[check]).unwrap().allowed, "given back at once when the response ends");
+}
+
+/// A store whose settlements wait at a gate (a slow Redis): a renewal can be in flight when the
+/// response ends.
+struct Gated(Arc<MemoryStore>, Arc<tokio::sync::Semaphore>);
+
+impl Store for Gated {
+    fn decide<'a>(&'a self, checks: &'a [Check], at: Option<u64>) -> sluice_store::StoreFuture<'a> {
+        self.0.decide(checks, at)
+    }
+
+    fn policies(&self) -> &[NamedPolicy] {
+        self.0.policies()
+    }
+
+    fn kind(&self) -> &'static str {
+        "gated"
+    }
+
+    fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<u64>) -> sluice_store::SettleFuture<'a> {
+        Box::pin(async move {
+            self.1.acquire().await.expect("the gate stays").forget();
+            self.0.settle(settles, at).await
+        })
+    }
+
+    fn now(&self) -> Option<u64> {
+        self.0.now()
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_response_that_ends_during_a_renewal_gives_back_where_the_renewal_charged() {
+    let clock = Arc::new(ManualClock::new(1_000 * SEC));
+    let memory = slots_store(clock.clone());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (meter, check) = slot_held(Arc::new(Gated(memory.clone(), gate.clone())), &memory);
+    // The first renewal (after a second) waits at the gate; the response ends meanwhile.
+    pass(&clock, std::time::Duration::from_millis(1_100)).await;
+    drop(meter);
+    assert!(!memory.decide_now(&[check]).unwrap().allowed, "held until the renewal is done");
+    // The renewal goes through, then the release, at the renewed time: nothing is left.
+    gate.add_permits(2);
+    pass(&clock, std::time::Duration::from_millis(10)).await;
+    assert!(memory.decide_now(&[check]).unwrap().allowed, "given back after the renewal");
+    // And the slot then taken is the only one: a second is denied.
+    assert!(!memory.decide_now(&[check]).unwrap().allowed);
 }

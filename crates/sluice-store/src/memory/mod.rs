@@ -341,6 +341,10 @@ impl Store for MemoryStore {
         Some(request::settle(&self.policies, &self.tables, settles, || self.clock.now()))
     }
 
+    fn now(&self) -> Option<Nanos> {
+        Some(self.clock.now())
+    }
+
     fn key_stats(&self) -> Vec<KeyStats> {
         self.stats()
             .into_iter()
