@@ -16,6 +16,7 @@
 //! | `referer` | `http_referer` | the `Referer` header |
 //! | `xff` | `http_x_forwarded_for` | the `X-Forwarded-For` header |
 //! | `bytes` | `body_bytes_sent` | the response's body bytes (a number, or digits in a string): what a `response-bytes` limit is charged |
+//! | `duration` | `request_time` | how long the request was in flight, in seconds (`0.153`, a number or a string): how long it holds a concurrency limit's slot |
 //! | `header:NAME` | — | any other header, e.g. `header:x-api-key=api_key` |
 //!
 //! A header field that is absent, `null`, empty or `-` leaves the header absent; an array of
@@ -46,7 +47,7 @@ use crate::log_time::{parse_log_time, parse_unix_seconds};
 
 /// The default field of each role, as `--json-fields` writes them.
 pub const DEFAULT_JSON_FIELDS: &str = "time=time,ip=remote_addr,method=request_method,path=request_uri,\
-request=request,user_agent=http_user_agent,referer=http_referer,xff=http_x_forwarded_for,bytes=body_bytes_sent";
+request=request,user_agent=http_user_agent,referer=http_referer,xff=http_x_forwarded_for,bytes=body_bytes_sent,duration=request_time";
 
 /// What a field of a JSON line is read as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +59,8 @@ enum Role {
     Request,
     /// The response's body bytes.
     Bytes,
+    /// How long the request was in flight, in seconds.
+    Duration,
     /// Header number `i` of [`JsonFields::header_names`].
     Header(usize),
 }
@@ -81,7 +84,7 @@ pub enum FieldsError {
     Shape(String),
     /// A role that does not exist.
     #[error(
-        "unknown role `{0}`: expected time, ip, method, path, request, bytes, user_agent, referer, xff or header:NAME"
+        "unknown role `{0}`: expected time, ip, method, path, request, bytes, duration, user_agent, referer, xff or header:NAME"
     )]
     UnknownRole(String),
     /// A field both read as a value and descended into (`a=x` and `b=x.y`).
@@ -144,6 +147,7 @@ impl FromStr for JsonFields {
                 ("path", _) => Role::Path,
                 ("request", _) => Role::Request,
                 ("bytes", _) => Role::Bytes,
+                ("duration", _) => Role::Duration,
                 _ => return Err(FieldsError::UnknownRole(role.clone())),
             };
             if field.is_empty() {
@@ -198,6 +202,7 @@ impl fmt::Display for JsonFields {
                     Role::Path => "path".into(),
                     Role::Request => "request".into(),
                     Role::Bytes => "bytes".into(),
+                    Role::Duration => "duration".into(),
                     Role::Header(i) => match self.headers[*i].as_str() {
                         "user-agent" => "user_agent".into(),
                         "referer" => "referer".into(),
@@ -335,6 +340,11 @@ impl JsonFields {
                 Role::Bytes => {
                     if let Some(v) = text_of(field, raw)? {
                         out.set_sent(field, v.as_bytes())?;
+                    }
+                }
+                Role::Duration => {
+                    if let Some(v) = text_of(field, raw)? {
+                        out.set_took(field, v.as_bytes())?;
                     }
                 }
                 Role::Header(i) => {

@@ -63,6 +63,9 @@ pub struct LogRequest {
     /// The response's body bytes, where the log has them (nginx `$body_bytes_sent`, Apache
     /// `%b`): what a `cost_from = "response-bytes"` limit is settled to.
     pub sent: Option<u64>,
+    /// How long the request was in flight, where the log has it (nginx `$request_time`): how
+    /// long it holds a concurrency limit's slot.
+    pub took: Option<Nanos>,
     /// Method and path, one after the other (text, checked once when pushed).
     text: String,
     /// Where the method is in `text`.
@@ -83,6 +86,7 @@ impl Default for LogRequest {
             at: 0,
             peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             sent: None,
+            took: None,
             text: String::new(),
             bytes: Vec::new(),
             method: (0, 0),
@@ -101,6 +105,7 @@ impl LogRequest {
         self.method = (0, 0);
         self.path = (0, 0);
         self.sent = None;
+        self.took = None;
     }
 
     /// The method as logged (the gateway matches methods as sent, case and all).
@@ -187,6 +192,22 @@ impl LogRequest {
             }
             _ => return Err(LineError::bad(field, value, "is not a number or -")),
         };
+        Ok(())
+    }
+
+    /// Sets how long the request was in flight from a number of seconds (`0.153`, nginx's
+    /// `$request_time`); `-` leaves it unknown.
+    pub fn set_took(&mut self, field: &str, value: &[u8]) -> Result<(), LineError> {
+        if value == b"-" {
+            self.took = None;
+            return Ok(());
+        }
+        let text =
+            std::str::from_utf8(value).map_err(|_| LineError::bad(field, value, "is not a number of seconds"))?;
+        self.took = Some(
+            crate::decimal::parse_seconds(text)
+                .map_err(|_| LineError::bad(field, value, "is not a number of seconds"))?,
+        );
         Ok(())
     }
 

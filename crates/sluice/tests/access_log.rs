@@ -833,7 +833,7 @@ limits = [
     // sent, each admitted (it reserves 1 of what is left); the fifth is admitted with 50 left and
     // sends 80 (a debt of 30); the sixth is denied. On /v1/*, no log says the tokens: each
     // request costs its reservation of 300, so the fourth is denied; the concurrency limit of 1
-    // never denies (each line is over at once).
+    // never denies (a combined line does not say how long its request took: over at once).
     let line = |path: &str, size: &str| {
         format!("203.0.113.10 - - [10/Oct/2000:13:55:36 -0700] \"GET {path} HTTP/1.1\" 200 {size} \"-\" \"curl/8.5\"\n")
     };
@@ -860,6 +860,57 @@ limits = [
     assert_eq!(counts(1), (Some(4), Some(3), Some(1)), "{}", routes[1]);
     let warnings: Vec<&str> = v["warnings"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(warnings.iter().any(|w| w.contains("`response-json:/usage/total_tokens` is not read")), "{warnings:?}");
-    assert!(warnings.iter().any(|w| w.contains("policy streams") && w.contains("never denies")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.contains("policy streams") && w.contains("gives it back at once")),
+        "{warnings:?}"
+    );
     assert!(!warnings.iter().any(|w| w.contains("download")), "{warnings:?}");
+}
+
+#[test]
+fn a_concurrency_slot_is_held_for_the_time_each_line_says_its_request_took() {
+    let dir = TempDir::new("in-flight");
+    let config = dir.write(
+        "gateway.toml",
+        r#"
+[[policy]]
+name = "streams"
+algorithm = "concurrency"
+max_in_flight = 1
+lease = "1s"
+
+[[route]]
+path = "/v1/*"
+limits = [{ policy = "streams", key = "ip" }]
+"#,
+    );
+    // One stream per address at a time, by hand (seconds after t0, address, request_time):
+    // 0 A 2.0 admitted, held to 2.0 (longer than the lease of 1 s: the gateway renews it);
+    // 1 A denied; 1 B admitted; 2.5 A 0.5 admitted (the first ended at 2.0); 2.7 A denied;
+    // 3.0 A (no time: over at once) admitted, as the one at 2.5 ended at 3.0; 3.0 A 1.0
+    // admitted; 3.5 A denied.
+    let lines = [
+        (0.0, "A", Some("2.0")),
+        (1.0, "A", Some("0.1")),
+        (1.0, "B", Some("0.1")),
+        (2.5, "A", Some("0.5")),
+        (2.7, "A", Some("0.1")),
+        (3.0, "A", None),
+        (3.0, "A", Some("1.0")),
+        (3.5, "A", Some("0.1")),
+    ];
+    let mut log = String::new();
+    for (at, who, took) in lines {
+        let ip = if who == "A" { "203.0.113.10" } else { "203.0.113.11" };
+        let took = took.map(|t| format!(", \"request_time\": {t}")).unwrap_or_default();
+        log += &format!(
+            "{{\"time\": {}, \"remote_addr\": \"{ip}\", \"request_method\": \"GET\", \"request_uri\": \"/v1/chat\"{took}}}\n",
+            1_700_000_000.0 + at
+        );
+    }
+    let log = dir.write("access.jsonl", &log);
+    let v = json_ok(&["--config", &config, "--access-log", &log, "--log-format", "json"]);
+    let route = &v["routes"][0];
+    let counts = (route["requests"].as_u64(), route["admitted"].as_u64(), route["denied"].as_u64());
+    assert_eq!(counts, (Some(8), Some(5), Some(3)), "{route}");
 }

@@ -99,6 +99,23 @@ pub struct Meter {
     done: bool,
 }
 
+/// Concurrency slots taken out of a [`Meter`] ([`Meter::hold_slots`]): given back by
+/// [`Slots::release`], or when dropped.
+pub struct Slots(lease::Held);
+
+impl Slots {
+    /// Gives the slots back, at the store's time.
+    pub fn release(mut self) {
+        self.0.release();
+    }
+}
+
+impl std::fmt::Debug for Slots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Slots")
+    }
+}
+
 /// How a metered body's JSON is read.
 enum Json {
     /// No charge reads it, or it cannot be read (compressed): those charges keep their
@@ -150,6 +167,13 @@ impl Meter {
         tracing::debug!(target: "sluice::settle", "this response's body is not metered: the reservation stands");
         self.pending.clear();
         self.finish(false);
+    }
+
+    /// Takes the concurrency slots out of the meter, to be given back later than the body's
+    /// end (the simulator gives them back when the logged request ended); `None` when it holds
+    /// none.
+    pub fn hold_slots(&mut self) -> Option<Slots> {
+        self.held.take().map(Slots)
     }
 
     /// Reads a body that is all there (a face's buffered response), and settles.

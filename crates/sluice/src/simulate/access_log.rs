@@ -130,14 +130,27 @@ impl LogSink for Sink {
     }
 }
 
+/// The gateway renews a concurrency slot while its request lives, so a slot is held until the
+/// request ends however long its lease: the simulation, which gives slots back when the logged
+/// requests ended and renews nothing, leases them for a century instead.
+fn held_until_released(config: &mut sluice_config::Config) {
+    const CENTURY: u64 = 100 * 365 * 86_400 * sluice_core::NANOS_PER_SEC;
+    for p in config.policies.iter_mut().filter(|p| p.concurrency) {
+        if let Ok(log) = sluice_core::SlidingLog::new(p.policy.limit(), CENTURY) {
+            p.policy = log.into();
+        }
+    }
+}
+
 /// Runs the access log through the configuration; writes the decisions and the plot if asked.
 pub fn run(args: &AccessArgs, decisions: Option<&Path>, plot: Option<&Path>) -> anyhow::Result<AccessReport> {
     let (Some(config_path), Some(log_path)) = (&args.config, &args.access_log) else {
         bail!("--access-log needs --config");
     };
     let format = args.format()?;
-    let config = sluice_config::load(config_path)?;
+    let mut config = sluice_config::load(config_path)?;
     let log_headers = format.header_names();
+    held_until_released(&mut config);
 
     // The gateway's pipeline on the memory store, its clock set to each request's logged time.
     let clock = Arc::new(ManualClock::new(0));

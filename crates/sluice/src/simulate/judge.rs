@@ -2,7 +2,7 @@
 //! client identity through the trusted-proxy rules, keys and the store, all through
 //! `sluice-http`'s pipeline on a memory store whose clock is the log's time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -16,7 +16,7 @@ use sluice_config::{Config, CostFrom, KeySource, Route};
 use sluice_core::{ManualClock, Nanos};
 use sluice_http::enforce::PolicyInfo;
 use sluice_http::lifecycle::{Asked, Counted, Face, Lifecycle, Unobserved};
-use sluice_http::meter::Meter;
+use sluice_http::meter::{Meter, Slots};
 use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::Answer;
 use sluice_sim::{Judge, Judgement, LimitDecision, LimitInfo, LimitVerdict, LogRequest, RequestVerdict, RouteInfo};
@@ -132,6 +132,11 @@ pub struct ConfigJudge {
     out: Vec<LimitDecision>,
     /// Wakes this thread if a decision ever waits.
     waker: Waker,
+    /// Concurrency slots of requests still in flight, by when the log says each ended (and the
+    /// order they came in): given back before a later request is decided.
+    in_flight: BTreeMap<(Nanos, u64), Slots>,
+    /// Requests judged so far: the tie-break of `in_flight`.
+    judged: u64,
 }
 
 impl ConfigJudge {
@@ -151,12 +156,23 @@ impl ConfigJudge {
             map: HeaderMap::new(),
             out: Vec::new(),
             waker: Waker::from(Arc::new(ThreadWaker(std::thread::current()))),
+            in_flight: BTreeMap::new(),
+            judged: 0,
         }
     }
 }
 
 impl Judge for ConfigJudge {
     fn judge(&mut self, r: &LogRequest, at: Nanos) -> Judgement<'_> {
+        // Requests that ended by now give their slots back, each at the time it ended.
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.key().0 > at {
+                break;
+            }
+            let ((ended, _), slots) = entry.remove_entry();
+            self.clock.set(ended);
+            slots.release();
+        }
         self.clock.set(at);
         self.map.clear();
         for (h, value) in r.headers() {
@@ -171,10 +187,16 @@ impl Judge for ConfigJudge {
         // upstreams read differently is refused before any route. A log carries one value per
         // header: a keyed header cannot be repeated here.
         let asked = Asked { method: r.method(), path: r.path(), query: None, headers: &self.map };
-        let face = Judged { out: &mut self.out, sent: r.sent, request: PhantomData };
+        let face = Judged { out: &mut self.out, sent: r.sent, took: r.took, request: PhantomData };
         let lifecycle = Lifecycle::new(&self.limiter, &Unobserved);
+        self.judged += 1;
         match block_on(lifecycle.routed(&self.config.routes, &client, asked, face), &self.waker) {
-            Ok((judgement, _)) => judgement,
+            Ok(Logged { judgement, slots, .. }) => {
+                if let (Some(slots), Some(took)) = (slots, r.took) {
+                    self.in_flight.insert((at.saturating_add(took), self.judged), slots);
+                }
+                judgement
+            }
             Err(never) => match never {},
         }
     }
@@ -187,6 +209,9 @@ struct Judged<'j, 'r> {
     out: &'j mut Vec<LimitDecision>,
     /// The body bytes the log says were sent: what `response-bytes` limits are settled to.
     sent: Option<u64>,
+    /// How long the log says the request was in flight: how long it holds its concurrency
+    /// slots.
+    took: Option<Nanos>,
     /// The request judged (its headers are the judge's, reused).
     request: PhantomData<Asked<'r>>,
 }
@@ -221,8 +246,23 @@ impl<'j> Judged<'j, '_> {
     }
 }
 
-/// A judgement, and the bytes the log says its response sent (for the meter).
-type Logged<'j> = (Judgement<'j>, Option<u64>);
+/// A judgement, what the log says of its response (for the meter), and the concurrency slots
+/// it holds until the logged request ends.
+struct Logged<'j> {
+    judgement: Judgement<'j>,
+    /// The body bytes sent.
+    sent: Option<u64>,
+    /// How long the request was in flight.
+    took: Option<Nanos>,
+    /// Slots held beyond the response: given back when the request ended, `took` after it came.
+    slots: Option<Slots>,
+}
+
+impl<'j> Logged<'j> {
+    fn of(judgement: Judgement<'j>) -> Self {
+        Self { judgement, sent: None, took: None, slots: None }
+    }
+}
 
 impl<'j, 'r> Face for Judged<'j, 'r> {
     type Request = Asked<'r>;
@@ -234,7 +274,7 @@ impl<'j, 'r> Face for Judged<'j, 'r> {
 
     /// sluice's own answers before any decision are refusals (400).
     fn answer(&self, _: Answer) -> Logged<'j> {
-        (Judgement::Refused, None)
+        Logged::of(Judgement::Refused)
     }
 
     fn status(_: &Logged<'j>) -> u16 {
@@ -242,37 +282,41 @@ impl<'j, 'r> Face for Judged<'j, 'r> {
     }
 
     /// A logged response is over: `response-bytes` limits are settled to the bytes the log
-    /// says it sent (their reservation stands when it does not say), concurrency slots given
-    /// back at once (a log line tells no overlap), and costs read from the response's header or
-    /// JSON keep their reservations (no log holds them).
-    fn meter((judgement, sent): Logged<'j>, meter: Meter) -> Logged<'j> {
-        match sent {
+    /// says it sent (their reservation stands when it does not say), and costs read from the
+    /// response's header or JSON keep their reservations (no log holds them). Concurrency slots
+    /// are held until the request ended when the log says how long it took (the judge gives
+    /// them back then), else given back at once.
+    fn meter(mut logged: Logged<'j>, mut meter: Meter) -> Logged<'j> {
+        if logged.took.is_some() {
+            logged.slots = meter.hold_slots();
+        }
+        match logged.sent {
             Some(n) => meter.read_sent(n),
             None => meter.unmetered(),
         }
-        (judgement, sent)
+        logged
     }
 
     async fn pass_on(self, _: Asked<'r>, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Logged<'j>, Infallible> {
-        let sent = self.sent;
-        Ok((self.decided(at, ruling), sent))
+        let (sent, took) = (self.sent, self.took);
+        Ok(Logged { sent, took, ..Logged::of(self.decided(at, ruling)) })
     }
 
     fn deny(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Logged<'j>, Infallible> {
-        Ok((self.decided(at, ruling), None))
+        Ok(Logged::of(self.decided(at, ruling)))
     }
 
     fn unavailable(self, at: Counted<'_>, ruling: &Ruling<'_>) -> Result<Logged<'j>, Infallible> {
-        Ok((self.decided(at, ruling), None))
+        Ok(Logged::of(self.decided(at, ruling)))
     }
 
     async fn unmatched(self, _: Asked<'r>) -> Result<Logged<'j>, Infallible> {
-        Ok((Judgement::Unmatched, None))
+        Ok(Logged::of(Judgement::Unmatched))
     }
 
     /// No access log carries a body.
     fn body_unreadable(self, route: usize) -> Logged<'j> {
-        (Judgement::NotSimulable { route }, None)
+        Logged::of(Judgement::NotSimulable { route })
     }
 }
 
@@ -330,8 +374,8 @@ pub fn warnings(config: &Config, log_headers: &[String]) -> Vec<String> {
             let name = &policy.name;
             if policy.concurrency {
                 push(format!(
-                    "route {}, policy {name}: a log line does not say how long its request was in flight: each \
-                     gives its slot back at once, so this concurrency limit never denies here",
+                    "route {}, policy {name}: a request holds its slot for the time its log line says it took \
+                     (JSON role `duration`, nginx's `$request_time`); a line that does not say gives it back at once",
                     route.name
                 ));
             }
