@@ -15,7 +15,9 @@ use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use quanta::Instant;
 
 use http::{HeaderMap, StatusCode};
 use sluice_config::{Config, HeaderStyle, KeySource, PathRefusal, RouteLimit, request_path};
@@ -66,7 +68,8 @@ impl Timing {
     /// The timing of a decision that started at `start` and asked the store at `asked`, ending now.
     pub fn since(start: Instant, asked: Instant) -> Self {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        // One clock read for both (each read is a good part of a self-answered request's cost).
+        // One clock read for both (each read is a good part of a self-answered request's cost:
+        // quanta's counter, not the system clock's call).
         let now = Instant::now();
         Self {
             decision_ns: ns(now.saturating_duration_since(start)),
