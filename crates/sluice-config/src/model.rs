@@ -217,6 +217,17 @@ pub struct Server {
     /// Secret keying the key hash; instances sharing a store must share it (required with a
     /// shared store). From `key_secret`, `key_secret_file` or the variable `key_secret_env` names.
     pub key_secret: Option<Secret>,
+    /// `[server.tls]`: the listener speaks TLS with this certificate chain and key.
+    pub tls: Option<TlsFiles>,
+}
+
+/// `[server.tls]`: PEM files, read when the gateway starts (and by `check-config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, the server's own certificate first.
+    pub cert: std::path::PathBuf,
+    /// Its private key (PKCS #8, PKCS #1 or SEC1).
+    pub key: std::path::PathBuf,
 }
 
 /// `[decision_api]` (and `server.decision_api`): the decision service `POST /v1/check`.

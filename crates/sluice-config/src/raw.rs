@@ -46,6 +46,14 @@ pub(crate) struct RawServer {
     pub key_secret_file: Option<String>,
     pub key_secret_env: Option<String>,
     pub decision_api: Option<bool>,
+    pub tls: Option<toml::Spanned<RawTls>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    pub cert: String,
+    pub key: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -50,3 +50,4 @@ pub mod seed;
 pub mod serve;
 pub mod stores;
 pub mod timer;
+pub mod tls;

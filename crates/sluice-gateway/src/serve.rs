@@ -1,4 +1,5 @@
-//! The accept loop shared by every HTTP face: HTTP/1.1 connections, graceful shutdown.
+//! The accept loop shared by every HTTP face: HTTP/1.1 connections, in TLS when the listener
+//! has it ([`crate::tls`]), graceful shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::respond::Body;
 use crate::timer::ConnTimer;
+use crate::tls::TlsAcceptor;
 
 /// How long a client may take to send a request's headers before the connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,6 +48,17 @@ pub async fn serve<H: Handler>(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
+    serve_on(listener, None, handler, shutdown, drain).await
+}
+
+/// [`serve`], each connection in TLS first when `tls` is given.
+async fn serve_on<H: Handler>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    handler: Arc<H>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
     let drain_set = Arc::new(Drain::default());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -65,14 +78,26 @@ pub async fn serve<H: Handler>(
                 // The handler's own future, not one wrapping it: every layer of future is one
                 // more copy of the request's whole state as it is moved into place.
                 let service = service_fn(move |req| Arc::clone(&handler).handle(peer, req));
-                let conn = http1::Builder::new()
-                    // One sleep per connection for every request's header read timeout.
-                    .timer(ConnTimer::default())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .writev(false)
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service);
-                tokio::spawn(Watched { conn: Box::pin(conn), ticket: drain_set.enter(), closing: false, registered: false });
+                let ticket = drain_set.enter();
+                match &tls {
+                    None => {
+                        let conn = http1_builder().serve_connection(TokioIo::new(stream), service);
+                        tokio::spawn(Watched { conn: Box::pin(conn), ticket, closing: false, registered: false });
+                    }
+                    Some(acceptor) => {
+                        let acceptor = acceptor.clone();
+                        tokio::spawn(async move {
+                            // A client that never finishes its handshake is closed as one that
+                            // never sends its headers.
+                            let handshake = crate::tls::handshake(&acceptor, stream);
+                            let Ok(Some(stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await else {
+                                return;
+                            };
+                            let conn = http1_builder().serve_connection(TokioIo::new(stream), service);
+                            Watched { conn: Box::pin(conn), ticket, closing: false, registered: false }.await
+                        });
+                    }
+                }
             }
             _ = &mut shutdown => break,
         }
@@ -80,6 +105,14 @@ pub async fn serve<H: Handler>(
     drop(listener);
     let _ = tokio::time::timeout(drain, drain_all(&drain_set)).await;
     Ok(())
+}
+
+/// How every connection is served: HTTP/1.1, keep-alive, one sleep per connection for every
+/// request's header read timeout.
+fn http1_builder() -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder.timer(ConnTimer::default()).header_read_timeout(HEADER_READ_TIMEOUT).writev(false).keep_alive(true);
+    builder
 }
 
 /// The connections of one accept loop, and the word that they should finish. A connection
@@ -191,12 +224,23 @@ impl<C: GracefulConnection> Future for Watched<C> {
 
 /// Listening sockets on one address, one per worker thread, sharing the port (`SO_REUSEPORT`
 /// where the system has it) so that the kernel spreads new connections across the workers.
-#[derive(Debug)]
 pub struct Listeners {
     /// One socket per worker thread, all on one port.
     sockets: Vec<std::net::TcpListener>,
     /// The address bound (the port chosen when 0 was asked).
     addr: SocketAddr,
+    /// TLS on every connection (`[server.tls]`), or plaintext.
+    tls: Option<TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listeners")
+            .field("addr", &self.addr)
+            .field("sockets", &self.sockets.len())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Listeners {
@@ -212,7 +256,12 @@ impl Listeners {
                 Err(_) => sockets.push(sockets[0].try_clone()?),
             }
         }
-        Ok(Self { sockets, addr })
+        Ok(Self { sockets, addr, tls: None })
+    }
+
+    /// The same sockets, every connection in TLS first.
+    pub fn with_tls(self, tls: TlsAcceptor) -> Self {
+        Self { tls: Some(tls), ..self }
     }
 
     /// The address bound (with the port chosen, if 0 was asked).
@@ -248,8 +297,10 @@ pub async fn serve_per_core<H: Handler>(
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
+    let tls = listeners.tls;
     for (i, socket) in listeners.sockets.into_iter().enumerate() {
         let handler = handler.clone();
+        let tls = tls.clone();
         let mut stopped = stopped.clone();
         let worker = std::thread::Builder::new().name(format!("sluice-worker-{i}")).spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -258,7 +309,7 @@ pub async fn serve_per_core<H: Handler>(
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                serve(listener, handler, until, drain).await
+                serve_on(listener, tls, handler, until, drain).await
             })
         })?;
         workers.push(worker);

@@ -66,6 +66,10 @@ underscore_headers = "forward"
 key_secret = "the key secret of the full configuration"
 decision_api = true
 
+[server.tls]
+cert = "{cert}"
+key = "{key}"
+
 [upstream]
 url = "http://127.0.0.1:9000"
 timeout_ms = 2000
@@ -148,6 +152,8 @@ deny_status = 403
 "#,
         snapshot = file("state"),
         descriptors = file("descriptors"),
+        cert = file("cert.pem"),
+        key = file("key.pem"),
     );
     let from_files = format!(
         r#"
@@ -226,6 +232,9 @@ fn config_shows_every_field_the_file_accepts() {
     let ed25519 =
         format!(r#"{{"keys": [{{"kty": "OKP", "crv": "Ed25519", "kid": "one", "x": "{}"}}]}}"#, "A".repeat(43));
     std::fs::write(dir.join("jwks.json"), ed25519).unwrap();
+    // The file's check reads PEM sections; the certificate itself is read when serving.
+    std::fs::write(dir.join("cert.pem"), "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n").unwrap();
+    std::fs::write(dir.join("key.pem"), "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n").unwrap();
     // Setting a variable in-process needs `unsafe`, which the workspace forbids: any variable
     // long enough to be a secret will do.
     let (variable, _) = std::env::vars()

@@ -19,6 +19,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     print!("{}", describe(&config));
     // What serving would find at start: a snapshot it cannot write.
     sluice_gateway::stores::check_snapshot(&config)?;
+    // Certificates and keys that do not parse, or do not go together.
+    if let Some(files) = &config.server.tls {
+        sluice_gateway::tls::acceptor(files).map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    }
     if config.passes_unrouted_unlimited() {
         eprintln!("warning: {UNROUTED_UNLIMITED}");
     }
@@ -67,6 +71,10 @@ pub fn describe(c: &Config) -> String {
     let mut out = String::new();
     let s = &c.server;
     let _ = writeln!(out, "listen: {}", s.listen);
+    if let Some(t) = &s.tls {
+        let _ =
+            writeln!(out, "tls: certificate {}, key {} (TLS 1.2 and 1.3, HTTP/1.1)", t.cert.display(), t.key.display());
+    }
     let _ = writeln!(
         out,
         "trusted proxies: {}",

@@ -107,7 +107,11 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let (stores, snapshots) = sluice_gateway::stores::with_snapshots(&config)?;
     let gateway = Arc::new(Gateway::new(config, stores)?);
     let snapshots = snapshots.map(|s| s.counted_by(gateway.observer().metrics()));
-    let listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
+    let mut listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
+    if let Some(files) = &gateway.config().config.server.tls {
+        let acceptor = sluice_gateway::tls::acceptor(files).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        listeners = listeners.with_tls(acceptor);
+    }
     let addr = listeners.local_addr();
     let rls = start_rls(&gateway).await?;
     // The admin listener (metrics, health, config) is apart from client traffic; it stops

@@ -87,6 +87,23 @@ pub(super) fn server(
     };
     let key_secret =
         read_secret(src, &span, "server", "key_secret", (s.key_secret, s.key_secret_file, s.key_secret_env))?;
+    let tls = match s.tls {
+        None => None,
+        Some(t) => {
+            let tls_span = t.span();
+            let t = t.into_inner();
+            let err = |field: &str, msg: String| {
+                src.error(Some(src.field_line(&tls_span, field)), format!("server.tls.{field}"), msg)
+            };
+            for (field, path) in [("cert", &t.cert), ("key", &t.key)] {
+                let text = std::fs::read(path).map_err(|e| err(field, format!("cannot read {path}: {e}")))?;
+                if !text.windows(11).any(|w| w == b"-----BEGIN ") {
+                    return Err(err(field, format!("{path} holds no PEM section (-----BEGIN ...)")));
+                }
+            }
+            Some(TlsFiles { cert: t.cert.into(), key: t.key.into() })
+        }
+    };
     let server = Server {
         listen,
         trusted_proxies,
@@ -104,6 +121,7 @@ pub(super) fn server(
         max_body_reads_per_client,
         underscore_headers,
         key_secret,
+        tls,
     };
     Ok((server, s.decision_api))
 }

@@ -39,12 +39,13 @@ impl Reload {
 
 /// Logs the start of the gateway: where it listens, the admin listener, the store, the size of
 /// the configuration read from `source` (a file name). The message reads
-/// `sluice gateway listening on http://ADDR (config SOURCE)`.
+/// `sluice gateway listening on http://ADDR (config SOURCE)` (`https://` with `[server.tls]`).
 pub fn started(config: &Config, listen: SocketAddr, admin: Option<SocketAddr>, source: &str) {
     let store = match &config.store {
         StoreConfig::Memory { .. } => "memory",
         StoreConfig::Redis { .. } => "redis",
     };
+    let scheme = if config.server.tls.is_some() { "https" } else { "http" };
     tracing::info!(
         target: TARGET,
         event = "start",
@@ -55,7 +56,7 @@ pub fn started(config: &Config, listen: SocketAddr, admin: Option<SocketAddr>, s
         policies = config.policies.len(),
         upstream = config.upstream.as_ref().map(|u| u.url.as_str()),
         version = env!("CARGO_PKG_VERSION"),
-        "sluice gateway listening on http://{listen} (config {source})"
+        "sluice gateway listening on {scheme}://{listen} (config {source})"
     );
 }
 

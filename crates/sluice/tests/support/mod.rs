@@ -111,8 +111,8 @@ impl Serve {
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
         // "sluice listening on http://[::]:PORT (port PORT)" or, in a JSON line,
-        // "sluice gateway listening on http://ADDR (config FILE)".
-        let addr = line.split("http://").nth(1).and_then(|rest| rest.split(' ').next());
+        // "sluice gateway listening on http://ADDR (config FILE)" (https:// with TLS).
+        let addr = line.split("://").nth(1).and_then(|rest| rest.split(' ').next());
         let port = addr.and_then(|a| a.parse::<SocketAddr>().ok()).map(|a| a.port());
         let Some(port) = port else {
             let _ = child.kill();

@@ -1,0 +1,129 @@
+//! `[server.tls]` through the binary: a certificate made by openssl, asked by curl over
+//! HTTPS; a plaintext request to the TLS port is answered, not left hanging; `check-config`
+//! names a key that does not go with its certificate, and a file that is not there.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use support::{Serve, TempDir};
+
+/// Runs `program` with `args`; fails the test, saying how to install it, when it is missing.
+fn run(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(program).args(args).output().unwrap_or_else(|e| {
+        panic!("{program} is needed by this test ({e}): apt-get install {program} (scripts/test installs it as root)")
+    })
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1 (P-256), and its key, in `dir`.
+fn certificate(dir: &Path, name: &str) -> (String, String) {
+    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let out = run(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    (cert.display().to_string(), key.display().to_string())
+}
+
+fn config(cert: &str, key: &str) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+headers = ["ietf"]
+
+[server.tls]
+cert = "{cert}"
+key = "{key}"
+
+[[policy]]
+name = "per-ip"
+algorithm = "fixed-window"
+limit = 2
+window = "1m"
+
+[[route]]
+path = "/api/*"
+limits = [{{ policy = "per-ip", key = "ip" }}]
+"#
+    )
+}
+
+#[test]
+fn the_gateway_speaks_https_and_limits_as_over_plaintext() {
+    let dir = TempDir::new("tls");
+    let (cert, key) = certificate(dir.dir(), "server");
+    let gw = Serve::gateway(&dir.write("gateway.toml", &config(&cert, &key)));
+    let url = format!("https://localhost:{}/api/items", gw.port);
+    let ask = || {
+        let out = run(
+            "curl",
+            &[
+                "-s",
+                "-i",
+                "--http1.1",
+                "--cacert",
+                &cert,
+                "--resolve",
+                &format!("localhost:{}:127.0.0.1", gw.port),
+                &url,
+            ],
+        );
+        assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for _ in 0..2 {
+        let r = ask();
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    let denied = ask();
+    assert!(denied.starts_with("HTTP/1.1 429"), "{denied}");
+    assert!(denied.to_ascii_lowercase().contains("retry-after:"), "{denied}");
+
+    // Plain HTTP to the TLS port: a 400 that says what to do, and the connection closed.
+    let mut plain = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    plain.write_all(b"GET /api/items HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    plain.read_to_string(&mut answer).expect("an answer, not a hang");
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("speaks TLS"), "{answer}");
+    // And the server goes on serving HTTPS.
+    assert!(ask().starts_with("HTTP/1.1 429"));
+}
+
+#[test]
+fn check_config_names_a_key_that_does_not_go_with_its_certificate_and_a_missing_file() {
+    let dir = TempDir::new("tls-bad");
+    let (cert, _) = certificate(dir.dir(), "one");
+    let (_, other_key) = certificate(dir.dir(), "two");
+    let err = support::refused_config(&dir.write("gateway.toml", &config(&cert, &other_key)));
+    assert!(err.contains("gateway.toml") && err.contains("server.tls.key"), "{err}");
+    assert!(err.contains("two.key") && err.contains("one.crt"), "{err}");
+
+    let missing = config(&dir.dir().join("nowhere.crt").display().to_string(), &other_key);
+    let err = support::refused_config(&dir.write("gateway.toml", &missing));
+    assert!(err.contains("gateway.toml") && err.contains("server.tls.cert") && err.contains("nowhere.crt"), "{err}");
+    assert!(err.contains("gateway.toml:6: server.tls.cert"), "the line of the field: {err}");
+}
