@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::respond::Body;
 use crate::timer::ConnTimer;
-use crate::tls::TlsAcceptor;
+use crate::tls::Certificates;
 
 /// How long a client may take to send a request's headers before the connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,7 +54,7 @@ pub async fn serve<H: Handler>(
 /// [`serve`], each connection in TLS first when `tls` is given.
 async fn serve_on<H: Handler>(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<Certificates>>,
     handler: Arc<H>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
@@ -84,8 +84,9 @@ async fn serve_on<H: Handler>(
                         let conn = http1_builder().serve_connection(TokioIo::new(stream), service);
                         tokio::spawn(Watched { conn: Box::pin(conn), ticket, closing: false, registered: false });
                     }
-                    Some(acceptor) => {
-                        let acceptor = acceptor.clone();
+                    Some(certificates) => {
+                        // The certificate of the moment: a reload serves the next connection.
+                        let acceptor = certificates.acceptor();
                         tokio::spawn(async move {
                             // A client that never finishes its handshake is closed as one that
                             // never sends its headers.
@@ -230,7 +231,7 @@ pub struct Listeners {
     /// The address bound (the port chosen when 0 was asked).
     addr: SocketAddr,
     /// TLS on every connection (`[server.tls]`), or plaintext.
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<Certificates>>,
 }
 
 impl std::fmt::Debug for Listeners {
@@ -259,8 +260,8 @@ impl Listeners {
         Ok(Self { sockets, addr, tls: None })
     }
 
-    /// The same sockets, every connection in TLS first.
-    pub fn with_tls(self, tls: TlsAcceptor) -> Self {
+    /// The same sockets, every connection in TLS first, with the certificate `tls` holds.
+    pub fn with_tls(self, tls: Arc<Certificates>) -> Self {
         Self { tls: Some(tls), ..self }
     }
 

@@ -3,8 +3,15 @@
 //!
 //! A plaintext request sent to the TLS port is answered — 400 in plain HTTP, saying the port
 //! speaks TLS — rather than left to hang in a handshake that never starts.
+//!
+//! The certificate is reloaded ([`Certificates`]) on SIGHUP and when its files change: new
+//! connections get the new one, open connections keep theirs, and a pair that does not load
+//! (a key not yet written beside its new certificate, a typo) leaves the old one serving.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -36,6 +43,79 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
         .map_err(|e| format!("server.tls.key: {key_path} does not go with server.tls.cert {cert_path}: {e}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The listener's certificate as it stands, and where it was read from: swapped whole when it
+/// is reloaded.
+pub struct Certificates {
+    current: ArcSwap<TlsAcceptor>,
+    /// The files, and what they looked like (modification time, length) when last read.
+    read: Mutex<(TlsFiles, Stamps)>,
+}
+
+/// Each file's modification time and length, when it could be read.
+type Stamps = [Option<(SystemTime, u64)>; 2];
+
+fn stamps(files: &TlsFiles) -> Stamps {
+    [&files.cert, &files.key].map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
+}
+
+impl std::fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Certificates").finish_non_exhaustive()
+    }
+}
+
+impl Certificates {
+    /// The certificate of `files`, or why it cannot be used.
+    pub fn load(files: &TlsFiles) -> Result<Self, String> {
+        let acceptor = acceptor(files)?;
+        Ok(Self { current: ArcSwap::from_pointee(acceptor), read: Mutex::new((files.clone(), stamps(files))) })
+    }
+
+    /// The acceptor for a new connection.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::clone(&self.current.load())
+    }
+
+    /// Reads `files` again (the configuration's, which a reload may have changed): the new
+    /// pair serves new connections, or, when it does not load, the old one goes on and the
+    /// error says why.
+    pub fn reload(&self, files: &TlsFiles) -> Result<(), String> {
+        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let stamped = stamps(files);
+        let acceptor = acceptor(files)?;
+        self.current.store(Arc::new(acceptor));
+        *read = (files.clone(), stamped);
+        Ok(())
+    }
+
+    /// Watches the files every `every`: when either has changed since it was last read, the
+    /// pair is reloaded (a pair that does not load yet is tried again at the next change).
+    pub async fn watch(self: Arc<Self>, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            let (files, changed) = {
+                let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+                let now = stamps(&read.0);
+                let changed = now != read.1;
+                // A failed load is not retried until the files change again.
+                read.1 = now;
+                (read.0.clone(), changed)
+            };
+            if !changed {
+                continue;
+            }
+            match self.reload(&files) {
+                Ok(()) => {
+                    tracing::info!(target: "sluice::event", event = "tls_reload", "the TLS certificate changed on disk: reloaded")
+                }
+                Err(e) => {
+                    tracing::warn!(target: "sluice::event", event = "tls_reload_refused", error = %e, "the TLS certificate changed on disk but does not load: the old one serves")
+                }
+            }
+        }
+    }
 }
 
 /// The first byte of a TLS connection: a handshake record.

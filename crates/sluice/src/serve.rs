@@ -12,6 +12,7 @@ use sluice_gateway::gateway::Gateway;
 use sluice_gateway::observe;
 use sluice_gateway::seed::{SeedConfig, SeedService};
 use sluice_gateway::serve::{Listeners, serve_per_core, termination};
+use sluice_gateway::tls::Certificates;
 use sluice_rls::Rls;
 use sluice_rls::admin::WithRls;
 use sluice_store::{MemoryOptions, MemoryStore, NamedPolicy};
@@ -108,9 +109,16 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway::new(config, stores)?);
     let snapshots = snapshots.map(|s| s.counted_by(gateway.observer().metrics()));
     let mut listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
-    if let Some(files) = &gateway.config().config.server.tls {
-        let acceptor = sluice_gateway::tls::acceptor(files).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        listeners = listeners.with_tls(acceptor);
+    let certificates = match &gateway.config().config.server.tls {
+        Some(files) => {
+            let loaded = Certificates::load(files).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Some(Arc::new(loaded))
+        }
+        None => None,
+    };
+    if let Some(c) = &certificates {
+        listeners = listeners.with_tls(c.clone());
+        tokio::spawn(c.clone().watch(TLS_WATCH_INTERVAL));
     }
     let addr = listeners.local_addr();
     let rls = start_rls(&gateway).await?;
@@ -137,7 +145,7 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
         None => None,
     };
     let stop = termination();
-    tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone()));
+    tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone(), certificates));
     observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
     if let Some(r) = &rls {
         println!("{}", r.line);
@@ -218,20 +226,31 @@ fn hangup() -> Option<Hangup> {
 /// SIGHUP reloads the configuration; a bad file is refused and the old one keeps serving. Each
 /// reload is counted (`sluice_config_reloads_total`) and logged as an event; a refusal is also
 /// told on stderr.
-async fn reload_on_hangup(hup: Option<Hangup>, gateway: Arc<Gateway>, path: PathBuf) {
+async fn reload_on_hangup(hup: Option<Hangup>, gateway: Arc<Gateway>, path: PathBuf, tls: Option<Arc<Certificates>>) {
     #[cfg(unix)]
     {
         let Some(mut hup) = hup else { return };
+        // One write, so a reader never sees half the line.
+        let say = |line: String| std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         while hup.recv().await.is_some() {
             if let Err(e) = gateway.reload_file(&path) {
-                // One write, so a reader never sees half the line.
-                let line = format!("sluice reload refused, keeping the running configuration: {e}\n");
-                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+                let _ = say(format!("sluice reload refused, keeping the running configuration: {e}\n"));
+            }
+            // The certificate is read again from the files the configuration in force names
+            // (a listener's TLS is set at start: a file that drops `[server.tls]` needs a restart).
+            let files = gateway.config().config.server.tls.clone();
+            if let (Some(tls), Some(files)) = (&tls, files)
+                && let Err(e) = tls.reload(&files)
+            {
+                let _ = say(format!("sluice TLS reload refused, keeping the running certificate: {e}\n"));
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = (gateway, path);
+        let _ = (gateway, path, tls);
     }
 }
+
+/// How often the certificate's files are looked at for a change.
+const TLS_WATCH_INTERVAL: Duration = Duration::from_secs(2);

@@ -1,6 +1,8 @@
 //! `[server.tls]` through the binary: a certificate made by openssl, asked by curl over
-//! HTTPS; a plaintext request to the TLS port is answered, not left hanging; `check-config`
-//! names a key that does not go with its certificate, and a file that is not there.
+//! HTTPS; a plaintext request to the TLS port is answered, not left hanging; the certificate
+//! reloaded on SIGHUP and when its files change, a pair that does not load leaving the old one
+//! serving; `check-config` names a key that does not go with its certificate, and a file that
+//! is not there.
 
 mod support;
 
@@ -111,6 +113,57 @@ fn the_gateway_speaks_https_and_limits_as_over_plaintext() {
     assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("speaks TLS"), "{answer}");
     // And the server goes on serving HTTPS.
     assert!(ask().starts_with("HTTP/1.1 429"));
+}
+
+/// Whether curl, trusting only `ca`, completes a request to the gateway on `port`.
+fn trusted(port: u16, ca: &str) -> bool {
+    let url = format!("https://localhost:{port}/api/items");
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let out = run("curl", &["-s", "-o", "/dev/null", "--http1.1", "--cacert", ca, "--resolve", &resolve, &url]);
+    out.status.success()
+}
+
+/// Copies the pair `from` (certificate, key) over the files `to` names.
+fn put(from: &(String, String), to: &(String, String)) {
+    std::fs::copy(&from.0, &to.0).unwrap();
+    std::fs::copy(&from.1, &to.1).unwrap();
+}
+
+#[test]
+fn the_certificate_is_reloaded_on_sighup_and_when_its_files_change() {
+    let dir = TempDir::new("tls-reload");
+    let served = certificate(dir.dir(), "served");
+    let (second, third) = (certificate(dir.dir(), "second"), certificate(dir.dir(), "third"));
+    let first = (dir.path("first.crt"), dir.path("first.key"));
+    put(&served, &first);
+    let gw = Serve::gateway(&dir.write("gateway.toml", &config(&served.0, &served.1)));
+    assert!(trusted(gw.port, &first.0));
+
+    // New files and SIGHUP: the new certificate serves, the old one no longer.
+    put(&second, &served);
+    let hup = Command::new("kill").args(["-HUP", &gw.pid().to_string()]).status().unwrap();
+    assert!(hup.success());
+    let switched = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        trusted(gw.port, &second.0)
+    });
+    assert!(switched, "the certificate after SIGHUP");
+    assert!(!trusted(gw.port, &first.0), "the old certificate still served");
+
+    // A certificate file that does not load (not PEM): the running one goes on serving.
+    std::fs::write(&served.0, "not a certificate\n").unwrap();
+    let hup = Command::new("kill").args(["-HUP", &gw.pid().to_string()]).status().unwrap();
+    assert!(hup.success());
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert!(trusted(gw.port, &second.0), "a bad pair replaced the running certificate");
+
+    // Files changed on disk, no signal: picked up within the watch interval.
+    put(&third, &served);
+    let watched = (0..80).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        trusted(gw.port, &third.0)
+    });
+    assert!(watched, "the certificate changed on disk was not picked up");
 }
 
 #[test]

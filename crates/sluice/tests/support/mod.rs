@@ -122,6 +122,11 @@ impl Serve {
         Self { child, port }
     }
 
+    /// The process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `http://127.0.0.1:PORT` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
