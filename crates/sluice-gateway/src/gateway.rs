@@ -337,6 +337,20 @@ fn too_many_in_flight() -> Answer {
     a
 }
 
+/// True when a request asks to switch protocols to something other than `h2c`: the gateway
+/// relays no upgraded connection, and passing the request on without its `Upgrade` would answer
+/// the client as if the upstream had refused it. `Upgrade: h2c` (curl's `--http2` on `http://`)
+/// is served as the HTTP/1.1 request it also is, its `Upgrade` and `HTTP2-Settings` never passed
+/// on (h2c smuggling).
+fn upgrade_refused(headers: &http::HeaderMap) -> bool {
+    headers.get_all(http::header::UPGRADE).iter().any(|v| {
+        v.as_bytes().split(|&b| b == b',').any(|token| {
+            let token = token.trim_ascii();
+            !token.is_empty() && !token.eq_ignore_ascii_case(b"h2c")
+        })
+    })
+}
+
 impl Handler for Gateway {
     async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
         let loaded = self.current.load_full();
@@ -355,6 +369,16 @@ impl Handler for Gateway {
             tracing::debug!(target: "sluice::shed", "shed: the client's requests in flight");
             loaded.observed.shed_per_client();
             return Ok(respond::answer(too_many_in_flight()));
+        }
+        if upgrade_refused(req.headers()) {
+            tracing::debug!(target: "sluice::refused", "a protocol upgrade, which the gateway does not pass on");
+            loaded.observed.upgrade_refused();
+            return Ok(respond::answer(Answer::error(
+                http::StatusCode::NOT_IMPLEMENTED,
+                "upgrade_not_supported",
+                "sluice does not pass protocol upgrades (WebSocket) to the upstream: the request is refused, \
+                 not passed on without its Upgrade",
+            )));
         }
         let mut res = self.route(&loaded, peer, client, req).await?;
         if let Either::Right(body) = res.body_mut() {

@@ -4,8 +4,9 @@
 use http::header::{self, HeaderMap, HeaderName};
 
 /// The headers a proxy never passes on: the hop-by-hop ones (RFC 9110 §7.6.1, and the
-/// `Keep-Alive` and `Proxy-Connection` of older peers) and `Proxy-Authorization`.
-const STRIPPED_COUNT: usize = 8;
+/// `Keep-Alive` and `Proxy-Connection` of older peers), `HTTP2-Settings` (RFC 9113 §3.2.1: part
+/// of an `Upgrade: h2c`, never passed on whatever `Connection` lists) and `Proxy-Authorization`.
+const STRIPPED_COUNT: usize = 9;
 static STRIPPED: [HeaderName; STRIPPED_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -15,6 +16,7 @@ static STRIPPED: [HeaderName; STRIPPED_COUNT] = [
     header::TRANSFER_ENCODING,
     header::UPGRADE,
     header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("http2-settings"),
 ];
 
 /// The place of `name` in [`STRIPPED`], if it is one of them.
@@ -41,6 +43,7 @@ fn stripped_index_of(name: &[u8]) -> Option<usize> {
         17 if is("transfer-encoding") => Some(5),
         7 if is("upgrade") => Some(6),
         19 if is("proxy-authorization") => Some(7),
+        14 if is("http2-settings") => Some(8),
         _ => None,
     }
 }

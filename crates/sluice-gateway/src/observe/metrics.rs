@@ -114,6 +114,8 @@ pub struct Metrics {
     pub(crate) shed: Counter,
     /// `sluice_shed_per_client_total`: requests refused beyond `max_in_flight_per_client`.
     pub(crate) shed_per_client: Counter,
+    /// `sluice_upgrades_refused_total`: requests asking for a protocol upgrade, answered 501.
+    pub(crate) upgrades_refused: Counter,
     /// `sluice_request_body_errors_total`: request bodies cut, by reason.
     body_errors: Family<BodyErrorLabels, Counter>,
     /// `sluice_refused_total`: requests refused because readers could disagree on them, by
@@ -153,6 +155,7 @@ impl Metrics {
             degraded: Family::default(),
             shed: Counter::default(),
             shed_per_client: Counter::default(),
+            upgrades_refused: Counter::default(),
             body_errors: Family::default(),
             refused: Family::default(),
             reloads: Family::default(),
@@ -214,6 +217,12 @@ impl Metrics {
             "sluice_shed_per_client",
             "Requests answered 429 because their client already had max_in_flight_per_client requests in flight.",
             m.shed_per_client.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upgrades_refused",
+            "Requests answered 501 because they asked to switch protocols (WebSocket), which the gateway does not relay.",
+            m.upgrades_refused.clone(),
         );
         register(
             &mut registry,

@@ -482,6 +482,11 @@ impl Observed {
         self.observer().metrics().shed_per_client.inc();
     }
 
+    /// Counts a request refused because it asked for a protocol upgrade (WebSocket).
+    pub fn upgrade_refused(&self) {
+        self.observer().metrics().upgrades_refused.inc();
+    }
+
     /// The counters of request bodies cut (shared by the bodies being read).
     pub fn body_errors(&self) -> &Arc<BodyErrors> {
         &self.body_errors
