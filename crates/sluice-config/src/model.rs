@@ -224,10 +224,34 @@ pub struct Server {
 /// `[server.tls]`: PEM files, read when the gateway starts (and by `check-config`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
-    /// The certificate chain, the server's own certificate first.
+    /// The certificate chain, the server's own certificate first: served to a client whose
+    /// name (SNI) no certificate of `by_name` covers, or that gives none.
     pub cert: std::path::PathBuf,
     /// Its private key (PKCS #8, PKCS #1 or SEC1).
     pub key: std::path::PathBuf,
+    /// `[[server.tls.certificates]]`: more pairs, each served to the clients that ask for a
+    /// name its certificate covers (the first that does, in this order).
+    pub by_name: Vec<TlsPair>,
+}
+
+/// A certificate chain and its key, PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPair {
+    /// The chain, the server's own certificate first.
+    pub cert: std::path::PathBuf,
+    /// Its private key.
+    pub key: std::path::PathBuf,
+}
+
+impl TlsFiles {
+    /// Every file, certificates and keys, in the order written.
+    pub fn paths(&self) -> Vec<&std::path::Path> {
+        let mut out = vec![self.cert.as_path(), self.key.as_path()];
+        for p in &self.by_name {
+            out.extend([p.cert.as_path(), p.key.as_path()]);
+        }
+        out
+    }
 }
 
 /// `[decision_api]` (and `server.decision_api`): the decision service `POST /v1/check`.

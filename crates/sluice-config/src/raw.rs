@@ -54,6 +54,15 @@ pub(crate) struct RawServer {
 pub(crate) struct RawTls {
     pub cert: String,
     pub key: String,
+    #[serde(default)]
+    pub certificates: Vec<toml::Spanned<RawTlsPair>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTlsPair {
+    pub cert: String,
+    pub key: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,5 +1,6 @@
 //! TLS on the listener (`[server.tls]`): a certificate chain and its key, PEM files, served
-//! with rustls's safe defaults (TLS 1.2 and 1.3 only), HTTP/1.1 inside.
+//! with rustls's safe defaults (TLS 1.2 and 1.3 only), HTTP/1.1 inside; more pairs
+//! (`[[server.tls.certificates]]`) chosen by the name a client asks for (SNI).
 //!
 //! A plaintext request sent to the TLS port is answered — 400 in plain HTTP, saying the port
 //! speaks TLS — rather than left to hang in a handshake that never starts.
@@ -13,36 +14,72 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 
+use std::path::Path;
+
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use sluice_config::TlsFiles;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 pub use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-/// The acceptor for `files`: the chain and the key read and checked against each other; an
+/// The acceptor for `files`: each chain and its key read and checked against each other; an
 /// error names the file and what is wrong with it.
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
-    let cert_path = files.cert.display();
-    let key_path = files.key.display();
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| format!("server.tls.cert: {cert_path}: {e}"))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("server.tls.cert: {cert_path}: {e}"))?;
-    if chain.is_empty() {
-        return Err(format!("server.tls.cert: {cert_path}: no PEM certificate in it"));
-    }
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| format!("server.tls.key: {key_path}: {e}"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let default = pair(&provider, "server.tls", &files.cert, &files.key)?;
+    let by_name = files
+        .by_name
+        .iter()
+        .enumerate()
+        .map(|(i, p)| pair(&provider, &format!("server.tls.certificates[{i}]"), &p.cert, &p.key))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("server.tls: {e}"))?
         .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("server.tls.key: {key_path} does not go with server.tls.cert {cert_path}: {e}"))?;
+        .with_cert_resolver(Arc::new(ByName { default, by_name }));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The chain in `cert` and the key in `key`, which must go together (`field` names them).
+fn pair(provider: &CryptoProvider, field: &str, cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
+    let (cert_path, key_path) = (cert.display(), key.display());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| format!("{field}.cert: {cert_path}: {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{field}.cert: {cert_path}: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!("{field}.cert: {cert_path}: no PEM certificate in it"));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{field}.key: {key_path}: {e}"))?;
+    CertifiedKey::from_der(chain, key_der, provider)
+        .map(Arc::new)
+        .map_err(|e| format!("{field}.key: {key_path} does not go with {field}.cert {cert_path}: {e}"))
+}
+
+/// Picks the certificate for a handshake: the first of `by_name` whose certificate covers the
+/// name the client asks for (SNI), else `default`.
+#[derive(Debug)]
+struct ByName {
+    default: Arc<CertifiedKey>,
+    by_name: Vec<Arc<CertifiedKey>>,
+}
+
+impl ResolvesServerCert for ByName {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let asked = hello.server_name().and_then(|n| ServerName::try_from(n).ok());
+        let covers = |key: &&Arc<CertifiedKey>| {
+            let (Some(name), Some(der)) = (&asked, key.cert.first()) else { return false };
+            webpki::EndEntityCert::try_from(der).is_ok_and(|ee| ee.verify_is_valid_for_subject_name(name).is_ok())
+        };
+        Some(self.by_name.iter().find(covers).unwrap_or(&self.default).clone())
+    }
 }
 
 /// The listener's certificate as it stands, and where it was read from: swapped whole when it
@@ -54,10 +91,14 @@ pub struct Certificates {
 }
 
 /// Each file's modification time and length, when it could be read.
-type Stamps = [Option<(SystemTime, u64)>; 2];
+type Stamps = Vec<Option<(SystemTime, u64)>>;
 
 fn stamps(files: &TlsFiles) -> Stamps {
-    [&files.cert, &files.key].map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
+    files
+        .paths()
+        .into_iter()
+        .map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
+        .collect()
 }
 
 impl std::fmt::Debug for Certificates {

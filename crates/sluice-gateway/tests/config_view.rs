@@ -70,6 +70,10 @@ decision_api = true
 cert = "{cert}"
 key = "{key}"
 
+[[server.tls.certificates]]
+cert = "{cert}"
+key = "{key}"
+
 [upstream]
 url = "http://127.0.0.1:9000"
 timeout_ms = 2000

@@ -23,6 +23,12 @@ fn run(program: &str, args: &[&str]) -> std::process::Output {
 
 /// A self-signed certificate for `localhost` and 127.0.0.1 (P-256), and its key, in `dir`.
 fn certificate(dir: &Path, name: &str) -> (String, String) {
+    certificate_for(dir, name, "localhost")
+}
+
+/// A self-signed certificate for `host` (and 127.0.0.1), and its key, in `dir`.
+fn certificate_for(dir: &Path, name: &str, host: &str) -> (String, String) {
+    let (subject, names) = (format!("/CN={host}"), format!("subjectAltName=DNS:{host},IP:127.0.0.1"));
     let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
     let out = run(
         "openssl",
@@ -37,9 +43,9 @@ fn certificate(dir: &Path, name: &str) -> (String, String) {
             "-days",
             "2",
             "-subj",
-            "/CN=localhost",
+            &subject,
             "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            &names,
             "-keyout",
             key.to_str().unwrap(),
             "-out",
@@ -164,6 +170,41 @@ fn the_certificate_is_reloaded_on_sighup_and_when_its_files_change() {
         trusted(gw.port, &third.0)
     });
     assert!(watched, "the certificate changed on disk was not picked up");
+}
+
+/// The subject of the certificate the gateway on `port` shows a client asking for `name`
+/// (none: no SNI).
+fn served_subject(port: u16, name: Option<&str>) -> String {
+    let connect = format!("127.0.0.1:{port}");
+    let mut args = vec!["s_client", "-connect", &connect];
+    match name {
+        Some(n) => args.extend(["-servername", n]),
+        None => args.push("-noservername"),
+    }
+    let out = Command::new("openssl")
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("openssl is needed by this test ({e}): apt-get install openssl"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find(|l| l.starts_with("subject=")).map(str::to_string).unwrap_or_else(|| panic!("no subject: {text}"))
+}
+
+#[test]
+fn each_name_gets_its_certificate_and_the_others_the_first() {
+    let dir = TempDir::new("tls-sni");
+    let a = certificate_for(dir.dir(), "a", "a.test");
+    let b = certificate_for(dir.dir(), "b", "b.test");
+    let toml = config(&a.0, &a.1).replace(
+        "\n[[policy]]",
+        &format!("\n[[server.tls.certificates]]\ncert = \"{}\"\nkey = \"{}\"\n\n[[policy]]", b.0, b.1),
+    );
+    let gw = Serve::gateway(&dir.write("gateway.toml", &toml));
+    let b_subject = served_subject(gw.port, Some("b.test"));
+    assert!(b_subject.contains("b.test"), "{b_subject}: {toml}");
+    assert!(served_subject(gw.port, Some("a.test")).contains("a.test"));
+    assert!(served_subject(gw.port, Some("other.test")).contains("a.test"), "an unknown name gets the first");
+    assert!(served_subject(gw.port, None).contains("a.test"), "no name gets the first");
 }
 
 #[test]

@@ -92,16 +92,26 @@ pub(super) fn server(
         Some(t) => {
             let tls_span = t.span();
             let t = t.into_inner();
-            let err = |field: &str, msg: String| {
-                src.error(Some(src.field_line(&tls_span, field)), format!("server.tls.{field}"), msg)
-            };
-            for (field, path) in [("cert", &t.cert), ("key", &t.key)] {
-                let text = std::fs::read(path).map_err(|e| err(field, format!("cannot read {path}: {e}")))?;
+            let pem = |span: &std::ops::Range<usize>, field: String, key: &str, path: &str| {
+                let err = |msg: String| src.error(Some(src.field_line(span, key)), format!("{field}.{key}"), msg);
+                let text = std::fs::read(path).map_err(|e| err(format!("cannot read {path}: {e}")))?;
                 if !text.windows(11).any(|w| w == b"-----BEGIN ") {
-                    return Err(err(field, format!("{path} holds no PEM section (-----BEGIN ...)")));
+                    return Err(err(format!("{path} holds no PEM section (-----BEGIN ...)")));
                 }
+                Ok(())
+            };
+            pem(&tls_span, "server.tls".into(), "cert", &t.cert)?;
+            pem(&tls_span, "server.tls".into(), "key", &t.key)?;
+            let mut by_name = Vec::new();
+            for (i, pair) in t.certificates.into_iter().enumerate() {
+                let span = pair.span();
+                let pair = pair.into_inner();
+                let field = format!("server.tls.certificates[{i}]");
+                pem(&span, field.clone(), "cert", &pair.cert)?;
+                pem(&span, field, "key", &pair.key)?;
+                by_name.push(TlsPair { cert: pair.cert.into(), key: pair.key.into() });
             }
-            Some(TlsFiles { cert: t.cert.into(), key: t.key.into() })
+            Some(TlsFiles { cert: t.cert.into(), key: t.key.into(), by_name })
         }
     };
     let server = Server {

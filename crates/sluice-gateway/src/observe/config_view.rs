@@ -42,7 +42,14 @@ pub fn config_json(c: &Config) -> Value {
             "body_idle_timeout_ms": s.body_idle_timeout / NANOS_PER_MILLI,
             "max_body_reads_per_client": s.max_body_reads_per_client,
             "key_secret": s.key_secret.as_ref().map(|_| REDACTED),
-            "tls": s.tls.as_ref().map(|t| json!({ "cert": t.cert.display().to_string(), "key": t.key.display().to_string() })),
+            "tls": s.tls.as_ref().map(|t| json!({
+                "cert": t.cert.display().to_string(),
+                "key": t.key.display().to_string(),
+                "certificates": t.by_name.iter().map(|p| json!({
+                    "cert": p.cert.display().to_string(),
+                    "key": p.key.display().to_string(),
+                })).collect::<Vec<_>>(),
+            })),
         },
         "decision_api": {
             "enabled": c.decision_api.enabled,
