@@ -119,6 +119,14 @@ fn the_gateway_speaks_https_and_limits_as_over_plaintext() {
     assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("speaks TLS"), "{answer}");
     // And the server goes on serving HTTPS.
     assert!(ask().starts_with("HTTP/1.1 429"));
+
+    // Connections that never begin a handshake, or stop half-way through a ClientHello, hold
+    // nobody else up: each waits on its own, for at most the header read timeout.
+    let idle: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(("127.0.0.1", gw.port)).unwrap()).collect();
+    let mut half = TcpStream::connect(("127.0.0.1", gw.port)).unwrap();
+    half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    assert!(ask().starts_with("HTTP/1.1 429"), "served beside idle and half-open handshakes");
+    drop((idle, half));
 }
 
 /// Whether curl, trusting only `ca`, completes a request to the gateway on `port`.
