@@ -54,5 +54,7 @@ pub use gcra::{GcraState, LeakMode, LeakyBucket, TokenBucket};
 pub use policy::{ALGORITHM_NAMES, AlgorithmKind, Policy, State};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
-pub use time::{Clock, ManualClock, NANOS_PER_MILLI, NANOS_PER_SEC, Nanos, SystemClock, ceil_millis, ceil_secs};
+pub use time::{
+    Clock, ManualClock, NANOS_PER_MILLI, NANOS_PER_SEC, Nanos, SystemClock, ceil_millis, ceil_secs, wall_clock_now,
+};
 pub use zone::{CalendarWindows, MAX_OFFSET_SECS, Period, Zone, ZoneError};

@@ -22,6 +22,12 @@ pub fn ceil_millis(n: Nanos) -> u64 {
     n.div_ceil(NANOS_PER_MILLI)
 }
 
+/// The wall clock, read once, in nanoseconds since the Unix epoch (0 before it, saturating
+/// far after it): for what needs this machine's time once, not a clock to read per request.
+pub fn wall_clock_now() -> Nanos {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// A source of `now`. The algorithms never call it: callers read a clock and pass the time in.
 pub trait Clock: Send + Sync {
     /// The current time in nanoseconds since the clock's epoch. Never goes backwards.
@@ -88,11 +94,7 @@ impl SystemClock {
     pub fn new() -> Self {
         let counter = quanta::Clock::new();
         let at_anchor = counter.delta_as_nanos(0, counter.raw());
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        Self { offset: wall.wrapping_sub(at_anchor), counter }
+        Self { offset: wall_clock_now().wrapping_sub(at_anchor), counter }
     }
 }
 

@@ -115,10 +115,7 @@ impl Zone {
 
     /// The offset in force at Unix second `t`.
     pub fn offset_at(&self, t: i64) -> i32 {
-        match self.changes.partition_point(|&(at, _)| at <= t) {
-            0 => self.first,
-            i => self.changes[i - 1].1,
-        }
+        self.span(self.span_at(t)).2
     }
 
     /// The span of one offset that holds `t`: 0 before the first change, `i` after change `i - 1`.

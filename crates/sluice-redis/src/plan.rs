@@ -42,11 +42,12 @@ impl ScriptPolicy {
     /// The arguments before the cost of a call at `at` (the caller's time) for a charge made at
     /// `charged_at` (settlements; `None` for decisions): the fixed ones, or a calendar window's
     /// `5, limit, start of the charge's window, start:end:next` around `at`, in microseconds.
-    pub fn args_at(&self, at: Nanos, charged_at: Option<Nanos>) -> std::borrow::Cow<'_, [String; 4]> {
+    /// `at` is asked only of a calendar window.
+    pub fn args_at(&self, at: impl FnOnce() -> Nanos, charged_at: Option<Nanos>) -> std::borrow::Cow<'_, [String; 4]> {
         let Some(c) = self.calendar else {
             return std::borrow::Cow::Borrowed(&self.args);
         };
-        let (start, end) = c.bounds(at);
+        let (start, end) = c.bounds(at());
         let next = c.bounds(end).1;
         let charged = charged_at.map_or(0, |t| c.bounds(t).0);
         let us = |t: Nanos| (t / 1000).to_string();
@@ -59,7 +60,7 @@ impl ScriptPolicy {
     }
 
     /// [`ScriptPolicy::args_at`] as RESP bulk strings, appended to `out`.
-    pub fn push_args_at(&self, out: &mut Vec<u8>, at: Nanos) {
+    pub fn push_args_at(&self, out: &mut Vec<u8>, at: impl FnOnce() -> Nanos) {
         if self.calendar.is_none() {
             out.extend_from_slice(&self.resp_args);
             return;
@@ -223,14 +224,14 @@ mod tests {
         assert_eq!(p.args, ["5", "5", "Test/Plus2", "1d"].map(String::from));
         let noon = (19_700 * 86_400 + 10 * 3_600) * NANOS_PER_SEC; // 12:00 at UTC+2
         let day = |d: u64| ((d * 86_400 - 7_200) * 1_000_000).to_string();
-        let sent = p.args_at(noon, None);
+        let sent = p.args_at(|| noon, None);
         assert_eq!(
             *sent,
             ["5".into(), "5".into(), "0".into(), format!("{}:{}:{}", day(19_700), day(19_701), day(19_702))]
         );
         // A settlement names the start of the day its charge was made in.
         let yesterday = noon - 86_400 * NANOS_PER_SEC;
-        assert_eq!(p.args_at(noon, Some(yesterday))[2], day(19_699));
+        assert_eq!(p.args_at(|| noon, Some(yesterday))[2], day(19_699));
         let other =
             plan("s", &named("d", FixedWindow::calendar(5, CalendarWindows::new(Period::Month, zone)).unwrap()));
         assert_ne!(p.key_head, other.unwrap().key_head, "another period, another key");

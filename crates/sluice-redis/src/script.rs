@@ -71,13 +71,15 @@ pub(crate) struct ScriptCall<'a, T> {
 impl<T> ScriptCall<'_, T> {
     /// The time calendar windows are computed at: the caller's time when it passes one, else
     /// this machine's wall clock (Redis's may differ a little: the script then picks between
-    /// the window of this time and the next, `common.lua`'s `calendar_window`).
-    pub(crate) fn caller_time(&self) -> sluice_core::Nanos {
-        match self.now {
-            Some(us) => us.saturating_mul(1000),
-            None => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+    /// the window of this time and the next, `common.lua`'s `calendar_window`). Read once per
+    /// call, and only when a calendar window asks for it.
+    pub(crate) fn caller_time(&self) -> impl Fn() -> sluice_core::Nanos + '_ {
+        let read = std::cell::OnceCell::new();
+        move || {
+            *read.get_or_init(|| match self.now {
+                Some(us) => us.saturating_mul(1000),
+                None => sluice_core::wall_clock_now(),
+            })
         }
     }
 
@@ -107,7 +109,7 @@ impl Call<'_> {
         let at = self.caller_time();
         for &i in &self.indices {
             let c = &self.items[i];
-            cmd.arg(&self.plans[c.policy].args_at(at, None)[..]).arg(c.cost);
+            cmd.arg(&self.plans[c.policy].args_at(&at, None)[..]).arg(c.cost);
         }
         if self.peek {
             cmd.arg("peek");
@@ -137,7 +139,7 @@ impl Call<'_> {
         let at = self.caller_time();
         for &i in &self.indices {
             let c = &self.items[i];
-            self.plans[c.policy].push_args_at(out, at);
+            self.plans[c.policy].push_args_at(out, &at);
             resp::bulk_u64(out, c.cost);
         }
         if self.peek {

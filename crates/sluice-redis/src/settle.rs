@@ -27,7 +27,7 @@ impl SettleCall<'_> {
             let s = &self.items[i];
             let plan = &self.plans[s.check.policy];
             let (back, over) = back_and_over(s, plan.limit);
-            cmd.arg(&plan.args_at(at, Some(s.charged_at))[..]).arg(s.charged_at / 1000).arg(back).arg(over);
+            cmd.arg(&plan.args_at(&at, Some(s.charged_at))[..]).arg(s.charged_at / 1000).arg(back).arg(over);
         }
         cmd
     }

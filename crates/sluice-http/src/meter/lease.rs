@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use sluice_core::{Nanos, SystemClock};
+use sluice_core::Nanos;
 use sluice_store::{Check, Settle, Store};
 
 /// The slots a response holds, and the task renewing them (aborted when they are given back).
@@ -77,14 +77,13 @@ fn lock(shared: &Mutex<Slots>) -> MutexGuard<'_, Slots> {
 
 /// Renews the slots every `every` until they are released (or the holder is gone).
 async fn renew(shared: std::sync::Weak<Mutex<Slots>>, store: Arc<dyn Store>, every: Duration) {
-    let wall = SystemClock::new();
     loop {
         tokio::time::sleep(every).await;
         let Some(shared) = shared.upgrade() else { return };
         // The store's own time where this process keeps it, else this machine's, in whole
         // microseconds (Redis's resolution): the slots are charged again at a time the next
         // renewal and the release can name.
-        let now = store.now().unwrap_or_else(|| sluice_core::Clock::now(&wall));
+        let now = store.now().unwrap_or_else(sluice_core::wall_clock_now);
         let now = now - now % 1_000;
         let renewal: Vec<Settle> = {
             let mut g = lock(&shared);

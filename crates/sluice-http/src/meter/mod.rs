@@ -141,10 +141,18 @@ impl Meter {
         if pending.is_empty() {
             return None;
         }
-        let (slots, pending): (Vec<_>, Vec<_>) =
-            pending.into_iter().partition(|(_, r)| matches!(r, Reading::Release { .. }));
-        let slots: Vec<(Settle, Nanos)> =
-            slots.into_iter().map(|(s, r)| (s, if let Reading::Release { lease } = r { lease } else { 0 })).collect();
+        // Concurrency slots are held apart (renewed, given back at the end); the rest read the body.
+        let mut slots: Vec<(Settle, Nanos)> = Vec::new();
+        let pending: Vec<(Settle, Reading)> = pending
+            .into_iter()
+            .filter_map(|(s, r)| match r {
+                Reading::Release { lease } => {
+                    slots.push((s, lease));
+                    None
+                }
+                r => Some((s, r)),
+            })
+            .collect();
         let held = (!slots.is_empty()).then(|| lease::Held::new(store.clone(), slots));
         let reads_json = pending.iter().any(|(_, r)| matches!(r, Reading::Json(_)));
         let json = if !reads_json {
@@ -248,6 +256,7 @@ impl Meter {
             .enumerate()
             .filter_map(|(i, (settle, reading))| {
                 let actual = match (reading, &self.json) {
+                    // Held apart (`held`), never among these.
                     (Reading::Release { .. }, _) => Some(0),
                     (Reading::Bytes, _) => Some(self.sent),
                     (Reading::Json(_), Json::Events(_, found)) => found[i],
