@@ -387,3 +387,60 @@ impl Handler for Gateway {
         Ok(res)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderMap, HeaderValue};
+    use proptest::prelude::*;
+
+    use super::upgrade_refused;
+
+    /// One `Upgrade` token as clients and attackers write it: h2c in any case, WebSocket in any
+    /// case, a version after a slash, empty, or anything else.
+    fn token() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("h2c".to_string()),
+            Just("H2C".to_string()),
+            Just("websocket".to_string()),
+            Just("WebSocket".to_string()),
+            Just("h2c/1".to_string()),
+            Just(String::new()),
+            "[!-~]{1,12}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(3000)))]
+
+        /// Refused exactly when some comma-separated token of some `Upgrade` line, spaces and
+        /// tabs around it dropped, names anything but h2c (any case): what Go's, Node's and
+        /// Python's WebSocket servers would take as an upgrade is never passed on silently.
+        #[test]
+        fn every_upgrade_but_h2c_is_refused(
+            lines in proptest::collection::vec(proptest::collection::vec((token(), "[ \t]{0,2}", "[ \t]{0,2}"), 1..4), 1..3),
+        ) {
+            let mut headers = HeaderMap::new();
+            let mut refuse = false;
+            for line in &lines {
+                let text: Vec<String> = line.iter().map(|(t, before, after)| format!("{before}{t}{after}")).collect();
+                let Ok(value) = HeaderValue::from_str(&text.join(",")) else { continue };
+                headers.append(http::header::UPGRADE, value);
+                refuse |= line.iter().any(|(t, _, _)| {
+                    let t = t.trim_matches([' ', '\t']);
+                    !t.is_empty() && !t.eq_ignore_ascii_case("h2c")
+                });
+            }
+            prop_assert_eq!(upgrade_refused(&headers), refuse);
+        }
+
+        /// Any bytes a header value may hold: an answer, never a panic.
+        #[test]
+        fn any_upgrade_value_is_read(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+                let mut headers = HeaderMap::new();
+                headers.insert(http::header::UPGRADE, value);
+                let _ = upgrade_refused(&headers);
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use sluice_sim::{CombinedFormat, JsonFields, LogRequest, LogSource};
 
 const COMBINED: &str = r#"203.0.113.7 - frank [10/Oct/2000:13:55:36 -0700] "GET /a/b?c=d HTTP/1.1" 200 2326 "http://x/\"q\"" "Mozilla/5.0 \x22x\x22" "10.0.0.1, 198.51.100.2""#;
-const JSON: &str = r#"{"time":"2000-10-10T13:55:36.5-07:00","remote_addr":"[2001:db8::1]:443","request_method":"GET","request_uri":"/a?b","http_user_agent":"ua \"x\" \u00e9","nested":{"a":[1,{"b":null}],"c":{"b":"x"}},"http_x_forwarded_for":["1.2.3.4","5.6.7.8"]}"#;
+const JSON: &str = r#"{"time":"2000-10-10T13:55:36.5-07:00","remote_addr":"[2001:db8::1]:443","request_method":"GET","request_uri":"/a?b","http_user_agent":"ua \"x\" \u00e9","nested":{"a":[1,{"b":null}],"c":{"b":"x"}},"http_x_forwarded_for":["1.2.3.4","5.6.7.8"],"body_bytes_sent":"2326","request_time":0.153}"#;
 
 /// A valid line with some bytes replaced, some removed and some inserted.
 fn mangled(base: &'static str) -> impl Strategy<Value = Vec<u8>> {
@@ -103,4 +103,5 @@ fn the_bases_are_valid_lines() {
     JsonFields::default().parse(JSON.as_bytes(), &mut r).unwrap();
     assert_eq!(r.peer.to_string(), "2001:db8::1");
     assert_eq!(r.headers().count(), 2);
+    assert_eq!((r.sent, r.took), (Some(2326), Some(153_000_000)), "the size and the time in flight");
 }
