@@ -99,6 +99,36 @@ pub(crate) fn window_nanos(window: std::time::Duration) -> Result<Nanos, crate::
     Nanos::try_from(window.as_nanos()).map_err(|_| crate::error::ParamError::TooLarge { field: "window" })
 }
 
+/// The window that holds `now`, `(start, end)` with `end` saturating at `u64::MAX`: every
+/// `window` since the epoch, or the calendar's when there is one.
+pub(crate) fn window_bounds(window: Nanos, calendar: Option<crate::CalendarWindows>, now: Nanos) -> (Nanos, Nanos) {
+    match calendar {
+        Some(c) => c.bounds(now),
+        None => {
+            let start = now - now % window;
+            (start, start.saturating_add(window))
+        }
+    }
+}
+
+/// A window algorithm's `Debug` text, written as before calendars existed when the windows
+/// follow none: a memory store's snapshot names its policies by this text, and a snapshot
+/// written by an earlier version still reads.
+pub(crate) fn fmt_windowed(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    limit: u64,
+    window: Nanos,
+    calendar: &Option<crate::CalendarWindows>,
+) -> std::fmt::Result {
+    let mut d = f.debug_struct(name);
+    d.field("limit", &limit).field("window", &window);
+    if let Some(c) = calendar {
+        d.field("calendar", c);
+    }
+    d.finish()
+}
+
 pub(crate) fn check_window_params(limit: u64, window: Nanos) -> Result<(), crate::error::ParamError> {
     if limit == 0 {
         return Err(crate::error::ParamError::Zero { field: "limit" });

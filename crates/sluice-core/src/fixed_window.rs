@@ -31,16 +31,10 @@ pub struct FixedWindow {
     calendar: Option<CalendarWindows>,
 }
 
-/// Written as before calendars existed when the windows follow none: a memory store's snapshot
-/// names its policies by this text, and a snapshot written by an earlier version still reads.
+/// As before calendars existed when the windows follow none (snapshots name policies by it).
 impl std::fmt::Debug for FixedWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("FixedWindow");
-        d.field("limit", &self.limit).field("window", &self.window);
-        if let Some(c) = &self.calendar {
-            d.field("calendar", c);
-        }
-        d.finish()
+        crate::algorithm::fmt_windowed(f, "FixedWindow", self.limit, self.window, &self.calendar)
     }
 }
 
@@ -104,13 +98,7 @@ impl FixedWindow {
     /// The window that holds `now`: `(start, end)`, `start <= now < end` (`end` saturates at
     /// `u64::MAX`).
     pub fn bounds(&self, now: Nanos) -> (Nanos, Nanos) {
-        match self.calendar {
-            Some(c) => c.bounds(now),
-            None => {
-                let start = now - now % self.window;
-                (start, start.saturating_add(self.window))
-            }
-        }
+        crate::algorithm::window_bounds(self.window, self.calendar, now)
     }
 
     /// The window start, its end and the count that apply at `now`.

@@ -169,6 +169,15 @@ impl Policy {
         }
     }
 
+    /// The calendar a fixed or sliding window follows, if it follows one.
+    pub fn calendar_windows(&self) -> Option<crate::CalendarWindows> {
+        match self {
+            Policy::FixedWindow(p) => p.calendar_windows(),
+            Policy::SlidingWindow(p) => p.calendar_windows(),
+            _ => None,
+        }
+    }
+
     /// [`crate::check_cost`] against this policy's limit: a request costs from 1 to the limit.
     pub fn check_cost(&self, cost: u64) -> Result<(), CostError> {
         crate::check_cost(cost, self.limit())

@@ -142,22 +142,34 @@ local function save(key, kind, st, w)
   end
 end
 
--- A calendar window (algorithm 5): the caller, which knows the time zone, sends the bounds of
--- the window that holds its own time and of the next, `start:end:next` in us; Redis's clock
--- picks one (a caller a little behind across the boundary: the next; a little ahead: its own,
--- the strict direction). Returns the window's start and length, and the longer of the two
--- lengths: how long a state is kept, so that a state of either window outlives its window (a
--- calendar's windows differ in length); or nil for malformed bounds.
-local function calendar_window(bounds)
-  local b = bounds and split(bounds, 3)
-  if not b or not (b[1] < b[2] and b[2] < b[3]) then
+-- Calendar windows (algorithms 5 and 6): the caller, which knows the time zone, sends the
+-- starts of n consecutive windows around its own time, `b1:...:bn` in us, its own window being
+-- [b[mine], b[mine + 1]). Redis's clock picks between that window and the next (a caller a
+-- little behind across the boundary: the next; a little ahead: its own, the strict direction).
+-- Returns the n - 1 starts as Redis sees them (b[1 .. n-1], or b[2 .. n] once now >= b[mine + 1])
+-- and the longest window: how long a state is kept, so that a state of any of these windows
+-- outlives its window (a calendar's windows differ in length); or nil for malformed bounds.
+local function calendar_bounds(text, n, mine)
+  local b = text and split(text, n)
+  if not b then
     return nil
   end
-  local keep = math.max(b[2] - b[1], b[3] - b[2])
-  if now >= b[2] then
-    return b[2], b[3] - b[2], keep
+  local keep = 0
+  for i = 2, n do
+    if not (b[i - 1] < b[i]) then
+      return nil
+    end
+    keep = math.max(keep, b[i] - b[i - 1])
   end
-  return b[1], b[2] - b[1], keep
+  local from = 1
+  if now >= b[mine + 1] then
+    from = 2
+  end
+  local out = {}
+  for i = 1, n - 1 do
+    out[i] = b[from + i - 1]
+  end
+  return out, keep
 end
 
 -- Sliding log: a sorted set of admitted timestamps, one member per unit of cost, named

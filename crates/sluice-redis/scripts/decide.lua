@@ -10,7 +10,10 @@
 --     4 GCRA bucket     a = capacity, b = interval (us per token), c = requests passed without
 --                       delay when shaping, or -1 to police
 --     5 calendar window a = limit, b = 0 (settle.lua's), c = `start:end:next`, the bounds (us) of
---                       the caller's window and the next (common.lua's calendar_window)
+--                       the caller's window and the next (common.lua's calendar_bounds)
+--     6 calendar sliding window  a = limit, b = `0:0` (settle.lua's), c =
+--                       `previous:start:end:next:after`, the caller's window and one more on
+--                       each side
 --
 -- Returns {now, then per check: allowed (1/0), remaining, reset_after (us), retry_after (us),
 -- retry_after's extra nanoseconds (0..999, sliding window only), delay (us)}.
@@ -86,20 +89,25 @@ local function after_now(at_us, at_ns)
   return d, at_ns
 end
 
-local function sliding_window(key, limit, w, cost)
+-- The windows are [ps, ws) (the previous), [ws, we) (now's) and [we, ne) (the next).
+local function sliding_window(key, limit, ps, ws, we, ne, cost)
   local st = load(key, 3)
   local start, prev, curr = st[1], st[2], st[3]
-  local _, rem = divmod(now, w)
-  local aligned = now - rem
-  if aligned == start then
+  local w = we - ws
+  if start == ws then
     -- the same window
-  elseif aligned == start + w then
-    start, prev, curr = aligned, curr, 0
-  elseif aligned > start then
-    start, prev, curr = aligned, 0, 0
+  elseif start == ps then
+    start, prev, curr = ws, curr, 0
+  elseif start < ws then
+    start, prev, curr = ws, 0, 0
+  elseif start == we then
+    -- The clock stepped back into an earlier window: keep the newer counts, weigh the previous
+    -- window fully (the strict direction).
+    ws, we, ne, w = we, ne, ne + (ne - we), ne - we
+  else
+    ws, we, ne = start, start + w, start + 2 * w
   end
-  -- (aligned < start: the clock stepped back; keep the newer counts, the strict direction)
-  local elapsed = now - start
+  local elapsed = now - ws
   if elapsed < 0 then
     elapsed = 0
   elseif elapsed > w then
@@ -117,9 +125,9 @@ local function sliding_window(key, limit, w, cost)
   end
   local reset = 0
   if curr_after > 0 then
-    reset = start + 2 * w - now
+    reset = ne - now
   elseif prev > 0 then
-    reset = start + w - now
+    reset = we - now
   end
   if reset < 0 then
     reset = 0
@@ -134,15 +142,16 @@ local function sliding_window(key, limit, w, cost)
         if e_us < elapsed or (e_us == elapsed and e_ns == 0) then
           e_us, e_ns = elapsed, 0
         end
-        retry_us, retry_ns = after_now(start + e_us, e_ns)
+        retry_us, retry_ns = after_now(ws + e_us, e_ns)
       end
     end
     if not found then
-      local e_us, e_ns = earliest(curr, limit - cost, w)
-      if e_us < w then
-        retry_us, retry_ns = after_now(start + w + e_us, e_ns)
+      local next_w = ne - we
+      local e_us, e_ns = earliest(curr, limit - cost, next_w)
+      if e_us < next_w then
+        retry_us, retry_ns = after_now(we + e_us, e_ns)
       else
-        retry_us, retry_ns = after_now(start + 2 * w, 0)
+        retry_us, retry_ns = after_now(ne, 0)
       end
     end
   end
@@ -266,24 +275,36 @@ for i = 1, #KEYS do
   local key = KEYS[i]
   local base = 3 + 5 * (i - 1)
   local algo = tonumber(ARGV[base])
-  local a, b, c = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]) -- c: nil for 5
+  local a, b, c = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]) -- b, c: nil for 5, 6
   local cost = tonumber(ARGV[base + 4])
   local allowed, remaining, reset, retry_us, retry_ns, delay
   if algo == 1 then
     local _, r = divmod(now, b)
     allowed, remaining, reset, retry_us, retry_ns, delay = fixed_window(key, a, now - r, b, cost)
     windows[key] = b
-  elseif algo == 5 then
-    local ws, w, keep = calendar_window(ARGV[base + 3])
-    if not ws then
+  elseif algo == 5 or algo == 6 then
+    local n, mine = 3, 1
+    if algo == 6 then
+      n, mine = 5, 2
+    end
+    local bounds, keep = calendar_bounds(ARGV[base + 3], n, mine)
+    if not bounds then
       return redis.error_reply('sluice: bad calendar bounds ' .. tostring(ARGV[base + 3]))
     end
-    allowed, remaining, reset, retry_us, retry_ns, delay = fixed_window(key, a, ws, w, cost)
+    if algo == 5 then
+      allowed, remaining, reset, retry_us, retry_ns, delay =
+        fixed_window(key, a, bounds[1], bounds[2] - bounds[1], cost)
+    else
+      allowed, remaining, reset, retry_us, retry_ns, delay =
+        sliding_window(key, a, bounds[1], bounds[2], bounds[3], bounds[4], cost)
+    end
     windows[key] = keep
   elseif algo == 2 then
     allowed, remaining, reset, retry_us, retry_ns, delay = sliding_log(key, a, b, cost)
   elseif algo == 3 then
-    allowed, remaining, reset, retry_us, retry_ns, delay = sliding_window(key, a, b, cost)
+    local _, r = divmod(now, b)
+    local ws = now - r
+    allowed, remaining, reset, retry_us, retry_ns, delay = sliding_window(key, a, ws - b, ws, ws + b, ws + 2 * b, cost)
     windows[key] = b
   elseif algo == 4 then
     allowed, remaining, reset, retry_us, retry_ns, delay = gcra(key, a, b, c, cost)

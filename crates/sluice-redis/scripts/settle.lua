@@ -4,7 +4,8 @@
 -- KEYS[i]       the stored key of settlement i
 -- ARGV[1], ARGV[2]  now and the expiry grace (common.lua)
 -- ARGV[3+7(i-1) .. 9+7(i-1)]  settlement i: algorithm, a, b, c (as decide.lua; for a calendar
---               window, b = the start of the window the charge was made in), charged_at (us:
+--               window, b = the start of the window the charge was made in; for a calendar
+--               sliding window, `start:end` of that window), charged_at (us:
 --               the time the decision script returned), back (units to give back), over (units
 --               to charge beyond the reservation, at most twice the limit: a debt is at most one
 --               limit); one of back and over is 0
@@ -28,7 +29,7 @@ end
 
 -- Fixed window {start, count}: given back while the state counts the charge's window (it began
 -- at cs); charged in the window of now (it begins at ws), up to twice the limit counted. The
--- state is kept for `keep` after its start (calendar_window's).
+-- state is kept for `keep` after its start (calendar_bounds').
 local function fixed_window(key, limit, cs, ws, keep, back, over)
   local st = load(key, 2)
   local start, count = st[1], st[2]
@@ -46,29 +47,26 @@ local function fixed_window(key, limit, cs, ws, keep, back, over)
 end
 
 -- Sliding window counter {start, prev, curr}: given back to the count of the charge's window
--- (current, or previous); charged in the window of now, up to twice the limit in its count.
-local function sliding_window(key, limit, w, charged, back, over)
+-- [cs, ce) (current, or previous); charged in the window of now, [ws, we) after [ps, ws), up to
+-- twice the limit in its count. The state is kept for `keep` (twice, from its start).
+local function sliding_window(key, limit, cs, ce, ps, ws, keep, back, over)
   local st = load(key, 3)
   local start, prev, curr = st[1], st[2], st[3]
   if back > 0 then
-    local _, r = divmod(charged, w)
-    local cs = charged - r
     if start == cs then
       curr = max(curr - back, 0)
-    elseif start == cs + w then
+    elseif start == ce then
       prev = max(prev - back, 0)
     end
   else
-    local _, rem = divmod(now, w)
-    local aligned = now - rem
-    if aligned == start + w then
-      start, prev, curr = aligned, curr, 0
-    elseif aligned > start + w then
-      start, prev, curr = aligned, 0, 0
+    if start == ps then
+      start, prev, curr = ws, curr, 0
+    elseif start < ws then
+      start, prev, curr = ws, 0, 0
     end
     curr = max(curr, min(curr + over, 2 * limit))
   end
-  save(key, 3, { start, prev, curr }, w)
+  save(key, 3, { start, prev, curr }, keep)
 end
 
 -- GCRA {tat}: moved back by the units, never before the charge; or on, up to
@@ -135,15 +133,25 @@ for i = 1, #KEYS do
       local _, rn = divmod(now, b)
       fixed_window(key, a, charged - rc, now - rn, b, back, over)
     elseif algo == 5 then
-      local ws, _, keep = calendar_window(ARGV[base + 3])
-      if not ws then
+      local bounds, keep = calendar_bounds(ARGV[base + 3], 3, 1)
+      if not bounds then
         return redis.error_reply('sluice: bad calendar bounds ' .. tostring(ARGV[base + 3]))
       end
-      fixed_window(key, a, b, ws, keep, back, over)
+      fixed_window(key, a, b, bounds[1], keep, back, over)
+    elseif algo == 6 then
+      local bounds, keep = calendar_bounds(ARGV[base + 3], 5, 2)
+      local charge = split(ARGV[base + 2], 2)
+      if not bounds or not charge then
+        return redis.error_reply('sluice: bad calendar bounds ' .. tostring(ARGV[base + 3]))
+      end
+      sliding_window(key, a, charge[1], charge[2], bounds[1], bounds[2], keep, back, over)
     elseif algo == 2 then
       sliding_log(key, a, b, charged, back, over)
     elseif algo == 3 then
-      sliding_window(key, a, b, charged, back, over)
+      local _, rc = divmod(charged, b)
+      local _, rn = divmod(now, b)
+      local cs, ws = charged - rc, now - rn
+      sliding_window(key, a, cs, cs + b, ws - b, ws, b, back, over)
     elseif algo == 4 then
       gcra(key, a, b, charged, back, over)
     else

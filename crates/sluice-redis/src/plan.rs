@@ -20,6 +20,7 @@ const SLIDING_LOG: u8 = 2;
 const SLIDING_WINDOW: u8 = 3;
 const GCRA: u8 = 4;
 const CALENDAR_WINDOW: u8 = 5;
+const CALENDAR_SLIDING_WINDOW: u8 = 6;
 
 /// One policy, ready to be sent.
 #[derive(Debug, Clone)]
@@ -36,27 +37,46 @@ pub(crate) struct ScriptPolicy {
     pub resp_args: Vec<u8>,
     /// The calendar of a calendar window, whose bounds the script is sent with each call.
     pub calendar: Option<CalendarWindows>,
+    /// The script's algorithm id (`args[0]`): which bounds a calendar window sends.
+    algorithm: u8,
 }
 
 impl ScriptPolicy {
     /// The arguments before the cost of a call at `at` (the caller's time) for a charge made at
     /// `charged_at` (settlements; `None` for decisions): the fixed ones, or a calendar window's
-    /// `5, limit, start of the charge's window, start:end:next` around `at`, in microseconds.
+    /// in microseconds, around `at`:
+    /// - a fixed window (5): `5, limit, start of the charge's window, start:end:next`;
+    /// - a sliding window (6): `6, limit, start:end of the charge's window,
+    ///   previous:start:end:next:after`, one window more on each side, since the counter weighs
+    ///   the window before and a retry may fall in the window after.
+    ///
     /// `at` is asked only of a calendar window.
     pub fn args_at(&self, at: impl FnOnce() -> Nanos, charged_at: Option<Nanos>) -> std::borrow::Cow<'_, [String; 4]> {
         let Some(c) = self.calendar else {
             return std::borrow::Cow::Borrowed(&self.args);
         };
+        let us = |t: Nanos| (t / 1000).to_string();
         let (start, end) = c.bounds(at());
         let next = c.bounds(end).1;
-        let charged = charged_at.map_or(0, |t| c.bounds(t).0);
-        let us = |t: Nanos| (t / 1000).to_string();
-        std::borrow::Cow::Owned([
-            CALENDAR_WINDOW.to_string(),
-            self.limit.to_string(),
-            us(charged),
-            format!("{}:{}:{}", us(start), us(end), us(next)),
-        ])
+        let charged = charged_at.map(|t| c.bounds(t));
+        std::borrow::Cow::Owned(if self.algorithm == CALENDAR_WINDOW {
+            [
+                CALENDAR_WINDOW.to_string(),
+                self.limit.to_string(),
+                us(charged.map_or(0, |(s, _)| s)),
+                format!("{}:{}:{}", us(start), us(end), us(next)),
+            ]
+        } else {
+            let previous = c.bounds(start.saturating_sub(1)).0;
+            let after = c.bounds(next).1;
+            let (cs, ce) = charged.unwrap_or((0, 0));
+            [
+                CALENDAR_SLIDING_WINDOW.to_string(),
+                self.limit.to_string(),
+                format!("{}:{}", us(cs), us(ce)),
+                format!("{}:{}:{}:{}:{}", us(previous), us(start), us(end), us(next), us(after)),
+            ]
+        })
     }
 
     /// [`ScriptPolicy::args_at`] as RESP bulk strings, appended to `out`.
@@ -121,12 +141,10 @@ pub(crate) fn plan(prefix: &str, named: &NamedPolicy) -> Result<ScriptPolicy, Re
         }
         Ok(us)
     };
-    let calendar = match &named.policy {
-        Policy::FixedWindow(p) => p.calendar_windows(),
-        _ => None,
-    };
+    let calendar = named.policy.calendar_windows();
     let (algo, a, b, c): (u8, u64, u64, i64) = match &named.policy {
         Policy::FixedWindow(p) if calendar.is_some() => (CALENDAR_WINDOW, p.limit(), 0, 0),
+        Policy::SlidingWindow(p) if calendar.is_some() => (CALENDAR_SLIDING_WINDOW, p.limit(), 0, 0),
         Policy::FixedWindow(p) => (FIXED_WINDOW, p.limit(), window_micros(p.window())?, 0),
         Policy::SlidingLog(p) => (SLIDING_LOG, p.limit(), window_micros(p.window())?, 0),
         Policy::SlidingWindow(p) => (SLIDING_WINDOW, p.limit(), window_micros(p.window())?, 0),
@@ -162,6 +180,7 @@ pub(crate) fn plan(prefix: &str, named: &NamedPolicy) -> Result<ScriptPolicy, Re
         args,
         resp_args,
         calendar,
+        algorithm: algo,
     })
 }
 
@@ -235,6 +254,22 @@ mod tests {
         let other =
             plan("s", &named("d", FixedWindow::calendar(5, CalendarWindows::new(Period::Month, zone)).unwrap()));
         assert_ne!(p.key_head, other.unwrap().key_head, "another period, another key");
+    }
+
+    #[test]
+    fn a_calendar_sliding_window_sends_a_window_more_on_each_side() {
+        use sluice_core::{CalendarWindows, Period, Zone};
+        let zone = Zone::new("Test/Plus2", 7_200, vec![]).unwrap().interned();
+        let daily = SlidingWindow::calendar(5, CalendarWindows::new(Period::Day, zone)).unwrap();
+        let p = plan("s", &named("d", daily)).unwrap();
+        assert_eq!(p.args, ["6", "5", "Test/Plus2", "1d"].map(String::from));
+        let noon = (19_700 * 86_400 + 10 * 3_600) * NANOS_PER_SEC;
+        let day = |d: u64| ((d * 86_400 - 7_200) * 1_000_000).to_string();
+        let sent = p.args_at(|| noon, Some(noon - 86_400 * NANOS_PER_SEC));
+        let bounds = [19_699, 19_700, 19_701, 19_702, 19_703].map(day).join(":");
+        assert_eq!(*sent, ["6".into(), "5".into(), format!("{}:{}", day(19_699), day(19_700)), bounds]);
+        let fixed = plan("s", &named("d", FixedWindow::calendar(5, CalendarWindows::new(Period::Day, zone)).unwrap()));
+        assert_ne!(p.key_head, fixed.unwrap().key_head, "another algorithm, another key");
     }
 
     #[test]

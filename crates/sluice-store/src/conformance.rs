@@ -191,7 +191,7 @@ pub fn changing_zone() -> &'static Zone {
 
 /// The policies the per-algorithm scenarios use: two parameter sets per algorithm (three for the
 /// leaky bucket: police, shape, shape with a free burst; and calendar days and months for the
-/// fixed window, in [`changing_zone`]), every window and token interval a whole number of
+/// fixed and sliding windows, in [`changing_zone`]), every window and token interval a whole number of
 /// microseconds.
 pub fn policies() -> Vec<NamedPolicy> {
     let ms = NANOS_PER_MILLI;
@@ -212,6 +212,14 @@ pub fn policies() -> Vec<NamedPolicy> {
         named("log-10-per-500ms", SlidingLog::new(10, 500 * ms).expect(valid).into()),
         named("sw-5-per-1s", SlidingWindow::new(5, NANOS_PER_SEC).expect(valid).into()),
         named("sw-20-per-300ms", SlidingWindow::new(20, 300 * ms).expect(valid).into()),
+        named(
+            "sw-5-per-day",
+            SlidingWindow::calendar(5, CalendarWindows::new(Period::Day, changing_zone())).expect(valid).into(),
+        ),
+        named(
+            "sw-9-per-month",
+            SlidingWindow::calendar(9, CalendarWindows::new(Period::Month, changing_zone())).expect(valid).into(),
+        ),
         named("tb-5-at-4ps", TokenBucket::new(5, 4.0).expect(valid).into()),
         named("tb-50-at-1000ps", TokenBucket::new(50, 1000.0).expect(valid).into()),
         named("lb-police-2ps-3", LeakyBucket::new(2.0, 3, LeakMode::Police).expect(valid).into()),
@@ -278,6 +286,7 @@ async fn for_algorithm(make: &mut impl StoreFactory, algorithm: &str, seed: u64)
         // above the limit.
         let edge = match p.policy {
             Policy::FixedWindow(f) => f.bounds(T0).1,
+            Policy::SlidingWindow(f) => f.bounds(T0).1,
             _ => T0 - T0 % window + window,
         } - NANOS_PER_MICRO;
         for now in [edge, edge + NANOS_PER_MICRO] {

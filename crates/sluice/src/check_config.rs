@@ -41,18 +41,18 @@ pub const UNROUTED_UNLIMITED: &str = "requests that no route matches are let thr
 
 fn policy_text(p: &Policy) -> String {
     match p {
-        Policy::FixedWindow(f) => match f.calendar_windows() {
-            Some(c) => format!(
-                "fixed-window limit={} window={} align=calendar timezone={}",
+        Policy::FixedWindow(_) | Policy::SlidingWindow(_) if p.calendar_windows().is_some() => {
+            let c = p.calendar_windows().expect("checked");
+            format!(
+                "{} limit={} window={} align=calendar timezone={}",
+                p.name(),
                 p.limit(),
                 c.period().name(),
                 c.zone().name()
-            ),
-            None => format!("fixed-window limit={} window={}", p.limit(), format_duration(f.window())),
-        },
-        Policy::SlidingLog(f) => format!("sliding-log limit={} window={}", p.limit(), format_duration(f.window())),
-        Policy::SlidingWindow(f) => {
-            format!("sliding-window limit={} window={}", p.limit(), format_duration(f.window()))
+            )
+        }
+        Policy::FixedWindow(_) | Policy::SlidingLog(_) | Policy::SlidingWindow(_) => {
+            format!("{} limit={} window={}", p.name(), p.limit(), format_duration(p.window()))
         }
         Policy::TokenBucket(t) => {
             format!("token-bucket capacity={} refill_per_second={}", t.capacity(), 1e9 / t.interval() as f64)

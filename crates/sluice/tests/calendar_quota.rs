@@ -1,6 +1,8 @@
 //! Calendar quotas through the binary: a monthly quota in Kyiv's time and a daily one in New
-//! York's, on the memory store and on Redis. The Retry-After of a denial is the time to the
-//! zone's next month or day, as jiff (read independently here) computes it from the real clock.
+//! York's, as fixed windows and as sliding windows, on the memory store and on Redis. The
+//! Retry-After of a denial is the time to the zone's next month or day, as jiff (read
+//! independently here) computes it from the real clock: a sliding window's spent month weighs
+//! fully at the start of the next, and its weight falls below the limit one nanosecond later.
 
 mod support;
 
@@ -41,6 +43,11 @@ limits = [
 
 fn config(server: &str, store: &str) -> String {
     format!("[server]\nlisten = \"127.0.0.1:0\"\nheaders = [\"ietf\"]\n{server}\n{LIMITS}{store}")
+}
+
+/// [`config`] with both quotas counted by sliding windows.
+fn sliding(server: &str, store: &str) -> String {
+    config(server, store).replace("algorithm = \"fixed-window\"", "algorithm = \"sliding-window\"")
 }
 
 /// Seconds from `at` to the start of the next month (or day) in `zone`, by jiff.
@@ -99,14 +106,24 @@ fn monthly_and_daily_quotas_reset_at_the_zones_midnight() {
     quotas_follow_the_calendar(([127, 0, 0, 1], gw.port).into());
 }
 
+#[test]
+fn sliding_windows_follow_the_calendar_too() {
+    let dir = TempDir::new("calendar-quota-sliding");
+    let gw = Serve::gateway(&dir.write("gateway.toml", &sliding("", "")));
+    quotas_follow_the_calendar(([127, 0, 0, 1], gw.port).into());
+}
+
 #[cfg(feature = "external-programs")]
 #[test]
 fn on_redis_too() {
     let redis = redis_support::RedisServer::start();
     let dir = TempDir::new("calendar-quota-redis");
-    let config = config(support::SHARED_SECRET, &support::redis_store(&redis.url()));
-    let gw = Serve::gateway(&dir.write("gateway.toml", &config));
-    quotas_follow_the_calendar(([127, 0, 0, 1], gw.port).into());
+    for config in [config, sliding] {
+        let config = config(support::SHARED_SECRET, &support::redis_store(&redis.url()));
+        let gw = Serve::gateway(&dir.write("gateway.toml", &config));
+        // Each algorithm's keys are its own (the fingerprint names it): no state is shared.
+        quotas_follow_the_calendar(([127, 0, 0, 1], gw.port).into());
+    }
 }
 
 #[test]
@@ -130,7 +147,10 @@ fn check_config_names_what_is_wrong_with_a_calendar_window() {
         let err = support::refused_config(&path);
         assert!(err.contains("gateway.toml") && err.contains(field) && err.contains(says), "{from} -> {to}: {err}");
     }
-    let sliding = config("", "").replacen("algorithm = \"fixed-window\"", "algorithm = \"sliding-window\"", 1);
-    let err = support::refused_config(&dir.write("gateway.toml", &sliding));
-    assert!(err.contains("policy[0].align") && err.contains("does not apply to sliding-window"), "{err}");
+    let log = config("", "").replacen("algorithm = \"fixed-window\"", "algorithm = \"sliding-log\"", 1);
+    let err = support::refused_config(&dir.write("gateway.toml", &log));
+    assert!(err.contains("policy[0].align") && err.contains("a sliding log counts the `window` before"), "{err}");
+    let log_month = log.replacen("align = \"calendar\"\ntimezone = \"Europe/Kyiv\"\n", "", 1);
+    let err = support::refused_config(&dir.write("gateway.toml", &log_month));
+    assert!(err.contains("policy[0].window") && err.contains("use `sliding-window`"), "{err}");
 }

@@ -13,6 +13,10 @@ use crate::error::{ConfigError, Source};
 use crate::model::*;
 use crate::raw::*;
 
+/// Why a sliding log refuses calendar windows.
+const SLIDING_LOG_HAS_NO_CALENDAR: &str = "a sliding log counts the `window` before each request and has no \
+     boundaries to put on a calendar; use `sliding-window` with `align = \"calendar\"`, or a duration such as `24h`";
+
 /// The `i`th `[[policy]]`, at `span`.
 pub(super) fn policy(
     src: &Source<'_>,
@@ -64,11 +68,15 @@ pub(super) fn policy(
         return Err(err("algorithm", format!("unknown algorithm `{}` ({known}, concurrency)", p.algorithm)));
     };
     let allowed: &[&str] = match kind {
-        AlgorithmKind::FixedWindow => &["limit", "window", "align", "timezone"],
-        AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => &["limit", "window"],
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow => &["limit", "window", "align", "timezone"],
+        AlgorithmKind::SlidingLog => &["limit", "window"],
         AlgorithmKind::TokenBucket => &["capacity", "refill_per_second"],
         AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay"],
     };
+    if kind == AlgorithmKind::SlidingLog && (p.align.as_deref() == Some("calendar") || p.timezone.is_some()) {
+        let field = if p.align.is_some() { "align" } else { "timezone" };
+        return Err(err(field, SLIDING_LOG_HAS_NO_CALENDAR.into()));
+    }
     only(allowed)?;
     let need = |field: &str| err(field, format!("{} needs `{field}`", p.algorithm));
     let param = |field: &str, e: sluice_core::ParamError| err(field, e.to_string());
@@ -76,19 +84,33 @@ pub(super) fn policy(
         let limit = p.limit.ok_or_else(|| need("limit"))?;
         let text = p.window.as_deref().ok_or_else(|| need("window"))?;
         let window = parse_duration(text).map_err(|m| match Period::parse(text) {
+            Some(_) if kind == AlgorithmKind::SlidingLog => {
+                err("window", format!("`{text}` is a calendar window: {SLIDING_LOG_HAS_NO_CALENDAR}"))
+            }
             Some(_) => err("window", format!("`{text}` is a calendar window: add `align = \"calendar\"`")),
             None => err("window", m),
         })?;
         Ok((limit, window))
     };
+    let calendar = match kind {
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow => {
+            calendar_windows(&p).map_err(|(field, m)| err(field, m))?
+        }
+        _ => None,
+    };
     let policy: Policy = match kind {
-        AlgorithmKind::FixedWindow => match calendar_window(&p).map_err(|(field, m)| err(field, m))? {
-            Some(calendar) => calendar,
-            None => {
-                let (l, w) = windowed()?;
-                FixedWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
-            }
-        },
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow if calendar.is_some() => {
+            let (limit, windows) = calendar.expect("checked");
+            let made = match kind {
+                AlgorithmKind::FixedWindow => FixedWindow::calendar(limit, windows).map(Policy::from),
+                _ => SlidingWindow::calendar(limit, windows).map(Policy::from),
+            };
+            made.map_err(|e| param("limit", e))?
+        }
+        AlgorithmKind::FixedWindow => {
+            let (l, w) = windowed()?;
+            FixedWindow::new(l, w).map_err(|e| param(field_of(&e), e))?.into()
+        }
         AlgorithmKind::SlidingLog => {
             let (l, w) = windowed()?;
             if l > MAX_SLIDING_LOG_LIMIT {
@@ -130,10 +152,10 @@ pub(super) fn policy(
     Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, concurrency: false })
 }
 
-/// A fixed window that follows the calendar (`align = "calendar"`, a `window` of `1d`, `1w`,
-/// `1mo` or `1y`, a `timezone`, UTC unless given); `None` for windows aligned to the epoch; or
-/// the field at fault and why.
-fn calendar_window(p: &RawPolicy) -> Result<Option<Policy>, (&'static str, String)> {
+/// The limit and windows of a fixed or sliding window that follows the calendar
+/// (`align = "calendar"`, a `window` of `1d`, `1w`, `1mo` or `1y`, a `timezone`, UTC unless
+/// given); `None` for windows aligned to the epoch; or the field at fault and why.
+fn calendar_windows(p: &RawPolicy) -> Result<Option<(u64, CalendarWindows)>, (&'static str, String)> {
     match p.align.as_deref() {
         Some("calendar") => {}
         Some("epoch") | None if p.timezone.is_none() => return Ok(None),
@@ -159,8 +181,7 @@ fn calendar_window(p: &RawPolicy) -> Result<Option<Policy>, (&'static str, Strin
         )
     })?;
     let zone = crate::time_zone(p.timezone.as_deref().unwrap_or("UTC")).map_err(|m| ("timezone", m))?;
-    let windows = CalendarWindows::new(period, zone);
-    FixedWindow::calendar(limit, windows).map(|w| Some(w.into())).map_err(|e| ("limit", e.to_string()))
+    Ok(Some((limit, CalendarWindows::new(period, zone))))
 }
 
 /// `(shadow, soft)` from `enforce` and the older `shadow` flag; or the field at fault and why.

@@ -167,8 +167,8 @@ pub fn policy_json(p: &PolicyInfo) -> Value {
 fn policy_params(p: &Policy) -> Value {
     let per_second = |interval: u64| 1e9 / interval as f64;
     match p {
-        Policy::FixedWindow(f) if f.calendar_windows().is_some() => {
-            let c = f.calendar_windows().expect("checked");
+        Policy::FixedWindow(_) | Policy::SlidingWindow(_) if p.calendar_windows().is_some() => {
+            let c = p.calendar_windows().expect("checked");
             json!({
                 "algorithm": p.name(),
                 "limit": p.limit(),

@@ -15,7 +15,7 @@
 use sluice_core::{Algorithm, FixedWindow, Nanos, SlidingLog, SlidingWindow};
 
 use crate::memory::summary::{
-    BucketCell, CounterCell, LogCell, Meter, SPAN, Summary, WindowCell, sub_window, window_start,
+    BucketCell, CounterCell, LogCell, Meter, SPAN, Summary, WindowCell, following, sub_window, window_start,
 };
 
 /// A fold cell as a snapshot holds it.
@@ -189,8 +189,10 @@ impl Persist<FixedWindow> for WindowCell {
 impl Persist<SlidingWindow> for CounterCell {
     const BYTES: usize = 24;
 
+    /// A calendar's windows are no grid: their cells are moved by any time, then to the start
+    /// of the next window unless they land on one ([`Persist::moved`]).
     fn grain(alg: &SlidingWindow) -> Nanos {
-        alg.window()
+        if alg.calendar_windows().is_some() { 1 } else { alg.window() }
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -206,7 +208,11 @@ impl Persist<SlidingWindow> for CounterCell {
     /// Counts within the limit, a window on the grid that began by the time of capture.
     fn fits(&self, alg: &SlidingWindow, captured: Nanos) -> bool {
         let limit = alg.limit();
-        self.prev <= limit && self.curr <= limit && self.start.is_multiple_of(alg.window()) && self.start <= captured
+        let on_edge = match alg.calendar_windows() {
+            Some(_) => window_start(alg, self.start) == self.start,
+            None => self.start.is_multiple_of(alg.window()),
+        };
+        self.prev <= limit && self.curr <= limit && on_edge && self.start <= captured
     }
 
     fn live(&self, alg: &SlidingWindow, now: Nanos) -> bool {
@@ -214,12 +220,24 @@ impl Persist<SlidingWindow> for CounterCell {
         if at <= self.start {
             self.prev > 0 || self.curr > 0
         } else {
-            at == self.start.saturating_add(alg.window()) && self.curr > 0
+            at == following(alg, self.start) && self.curr > 0
         }
     }
 
+    /// Moved by `by`; a calendar window's start that lands inside a window then goes on to the
+    /// next window's start, the strict direction (its counts weigh until later).
     fn moved(self, alg: &SlidingWindow, by: i128) -> Self {
-        Self { start: shift(self.start, by, grid_max(alg.window())), ..self }
+        let start = match alg.calendar_windows() {
+            Some(_) => {
+                let t = shift(self.start, by, u64::MAX);
+                match alg.bounds(t) {
+                    (start, _) if start == t => t,
+                    (_, next) => next,
+                }
+            }
+            None => shift(self.start, by, grid_max(alg.window())),
+        };
+        Self { start, ..self }
     }
 
     /// A cell whose window starts after `now`'s is rebuilt in its own window: the core counts a

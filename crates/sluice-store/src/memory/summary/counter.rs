@@ -13,6 +13,9 @@
 //! `prev` charged in the window before, then `curr` charged at the last nanosecond of the
 //! window, where `prev` weighs `floor(prev / window)`: nothing, unless the window is shorter in
 //! nanoseconds than the limit.
+//!
+//! On a calendar, "the window before" and "one window later" are the zone's previous and next
+//! day, week or month, and `window` in the bound is the length of the window `now` is in.
 
 use sluice_core::{Algorithm, Nanos, SlidingWindow, SlidingWindowState};
 
@@ -29,8 +32,14 @@ pub(crate) struct CounterCell {
     pub(crate) curr: u64,
 }
 
+/// The start of the window that holds `now`.
 pub(crate) fn aligned(alg: &SlidingWindow, now: Nanos) -> Nanos {
-    now - now % alg.window()
+    alg.bounds(now).0
+}
+
+/// The start of the window after the one beginning at `start` (saturating).
+pub(crate) fn following(alg: &SlidingWindow, start: Nanos) -> Nanos {
+    alg.bounds(start).1
 }
 
 impl CounterCell {
@@ -38,7 +47,7 @@ impl CounterCell {
     fn at(&self, alg: &SlidingWindow, window: Nanos) -> (u64, u64) {
         if window == self.start {
             (self.prev, self.curr)
-        } else if window == self.start.saturating_add(alg.window()) {
+        } else if window > self.start && window == following(alg, self.start) {
             (self.curr, 0)
         } else {
             (0, 0)
@@ -59,11 +68,15 @@ impl Summary<SlidingWindow> for CounterCell {
         if alg.is_fresh(state, now) {
             return Some(Self::default());
         }
-        let (w, limit) = (alg.window(), alg.limit());
-        let start = aligned(alg, now);
-        let next = start.checked_add(w)?;
+        let limit = alg.limit();
+        let (start, next) = alg.bounds(now);
+        let after_next = following(alg, next);
+        if after_next == u64::MAX {
+            return None; // windows at the end of representable time
+        }
+        let w = next - start;
         let reset_at = now.checked_add(reset_after(alg, state, now))?;
-        let curr = if reset_at == next.checked_add(w)? {
+        let curr = if reset_at == after_next {
             counted(alg, state, next)
         } else if reset_at == next {
             0
@@ -91,13 +104,14 @@ impl Summary<SlidingWindow> for CounterCell {
     }
 
     fn state(self, alg: &SlidingWindow, now: Nanos) -> SlidingWindowState {
-        let (w, limit) = (alg.window(), alg.limit());
-        let start = aligned(alg, now);
+        let limit = alg.limit();
+        let (start, end) = alg.bounds(now);
+        let w = end - start;
         let (prev, curr) = self.at(alg, start);
         let mut state = SlidingWindowState::default();
-        if prev > 0 && start >= w {
-            // A window 0 has no window before it: no state there weighs a `prev`.
-            state = charged(alg, state, start - w, prev).0;
+        if prev > 0 && start > 0 {
+            // A window at time 0 has no window before it: no state there weighs a `prev`.
+            state = charged(alg, state, start - 1, prev).0;
         }
         if curr > 0 {
             if (prev / w).saturating_add(curr) > limit {
@@ -105,7 +119,7 @@ impl Summary<SlidingWindow> for CounterCell {
                 // stricter than it (it denies until the window ends, then weighs `limit >= curr`).
                 return charged(alg, SlidingWindowState::default(), start, limit).0;
             }
-            let (charged_state, admitted) = charged(alg, state, start + w - 1, curr);
+            let (charged_state, admitted) = charged(alg, state, end - 1, curr);
             debug_assert!(admitted, "curr fits beside what prev weighs at the window's last nanosecond");
             state = charged_state;
         }

@@ -57,7 +57,7 @@ mod window;
 use sluice_core::{Algorithm, Nanos};
 
 pub(crate) use bucket::{BucketCell, Meter};
-pub(crate) use counter::{CounterCell, aligned as window_start};
+pub(crate) use counter::{CounterCell, aligned as window_start, following};
 pub(crate) use log::{LogCell, SPAN, sub_window};
 pub(crate) use sketch::Sketch;
 pub(crate) use window::WindowCell;

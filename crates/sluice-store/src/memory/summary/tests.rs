@@ -109,6 +109,42 @@ proptest! {
     }
 }
 
+/// `history` with every gap in units of `scale` nanoseconds.
+fn scaled(history: &[(u64, u64)], scale: u64) -> Vec<(u64, u64)> {
+    history.iter().map(|&(gap, cost)| (gap * scale, cost)).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The same on a calendar: days of a zone whose clocks go forward an hour (a 23-hour day)
+    /// and back (a 25-hour one) while the keys live, with gaps of up to 20 hours.
+    #[test]
+    fn calendar_cells_are_at_least_as_strict_as_what_they_hold(
+        sliding in any::<bool>(),
+        a in history(), b in history(), c in history(),
+        start in 0u64..400,
+        future in future(),
+    ) {
+        use sluice_core::{CalendarWindows, Period, Zone};
+        const UNIT: u64 = 180 * sluice_core::NANOS_PER_SEC; // three minutes
+        let t0: i64 = 1_711_843_200; // 2024-03-31 00:00 UTC
+        let zone = Zone::new("Test/Changing", 7_200, vec![(t0 + 7_000, 10_800), (t0 + 2 * 86_400 + 50_000, 7_200)])
+            .unwrap()
+            .interned();
+        let days = CalendarWindows::new(Period::Day, zone);
+        let (a, b, c, future) = (scaled(&a, UNIT), scaled(&b, UNIT), scaled(&c, UNIT), scaled(&future, UNIT));
+        let hs = [&a[..], &b[..], &c[..]];
+        let start = (t0 as u64 - 86_400) * sluice_core::NANOS_PER_SEC + start * UNIT;
+        let result = if sliding {
+            holds::<_, CounterCell>(&SlidingWindow::calendar(5, days).unwrap(), hs, start, &future)
+        } else {
+            holds::<_, WindowCell>(&FixedWindow::calendar(5, days).unwrap(), hs, start, &future)
+        };
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}
+
 #[test]
 fn a_cell_of_one_state_rebuilds_it_where_nothing_is_rounded() {
     // Buckets and fixed windows are summarised exactly.
