@@ -219,6 +219,30 @@ pub struct Server {
     pub key_secret: Option<Secret>,
     /// `[server.tls]`: the listener speaks TLS with this certificate chain and key.
     pub tls: Option<TlsFiles>,
+    /// Whether the plaintext listener also speaks HTTP/2 to clients that open with its preface
+    /// (h2c with prior knowledge); a TLS listener offers HTTP/2 by ALPN whatever this says.
+    pub h2c: bool,
+    /// `[server.http2]`: what one HTTP/2 connection may ask of the gateway.
+    pub http2: Http2Limits,
+}
+
+/// `[server.http2]`: the bounds of one client's HTTP/2 connection, advertised in its SETTINGS
+/// and enforced (a client past them gets its stream or connection refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Limits {
+    /// Streams open at once on one connection (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub max_concurrent_streams: u32,
+    /// Bytes of one request's header list, as RFC 9113 counts them (each field's name and
+    /// value plus 32): the bound of a CONTINUATION flood (`SETTINGS_MAX_HEADER_LIST_SIZE`).
+    pub max_header_list_size: u32,
+    /// The largest frame payload the gateway reads (`SETTINGS_MAX_FRAME_SIZE`).
+    pub max_frame_size: u32,
+}
+
+impl Default for Http2Limits {
+    fn default() -> Self {
+        Self { max_concurrent_streams: 100, max_header_list_size: 16 * 1024, max_frame_size: 16 * 1024 }
+    }
 }
 
 /// `[server.tls]`: PEM files, read when the gateway starts (and by `check-config`).

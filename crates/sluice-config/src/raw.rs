@@ -47,6 +47,16 @@ pub(crate) struct RawServer {
     pub key_secret_env: Option<String>,
     pub decision_api: Option<bool>,
     pub tls: Option<toml::Spanned<RawTls>>,
+    pub h2c: Option<bool>,
+    pub http2: Option<toml::Spanned<RawHttp2>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttp2 {
+    pub max_concurrent_streams: Option<u32>,
+    pub max_header_list_size: Option<u32>,
+    pub max_frame_size: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

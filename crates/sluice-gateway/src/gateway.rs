@@ -170,6 +170,12 @@ impl Gateway {
         if config.server.listen != running.config.server.listen {
             return Err(GatewayError::NeedsRestart("server.listen"));
         }
+        if config.server.h2c != running.config.server.h2c {
+            return Err(GatewayError::NeedsRestart("server.h2c"));
+        }
+        if config.server.http2 != running.config.server.http2 {
+            return Err(GatewayError::NeedsRestart("server.http2"));
+        }
         let store = self.stores.build(&config, Some(running.store()))?;
         let loaded = InForce::new(config, store, self.hasher.clone(), &self.observer)?;
         self.current.store(Arc::new(loaded));
@@ -351,6 +357,31 @@ fn upgrade_refused(headers: &http::HeaderMap) -> bool {
     })
 }
 
+/// Gives `req` one host: the one its target names (HTTP/2's `:authority`, an HTTP/1.1 target in
+/// absolute form) written as its `Host` when it has none, so that keys, routes and the upstream
+/// read the same host whichever version the client spoke. Refused when the request names two
+/// hosts (the target's and another `Host`, or `Host` twice) or user info (`user@host`, which
+/// HTTP/2 forbids in `:authority`).
+fn one_host(uri: &http::Uri, headers: &mut http::HeaderMap) -> Result<(), sluice_http::keys::KeyRefusal> {
+    let refused = sluice_http::keys::KeyRefusal::Authority;
+    if headers.get_all(http::header::HOST).iter().count() > 1 {
+        return Err(refused);
+    }
+    let Some(authority) = uri.authority() else { return Ok(()) };
+    if authority.as_str().contains('@') {
+        return Err(refused);
+    }
+    match headers.get(http::header::HOST) {
+        Some(host) if !host.as_bytes().eq_ignore_ascii_case(authority.as_str().as_bytes()) => Err(refused),
+        Some(_) => Ok(()),
+        None => {
+            let host = HeaderValue::from_str(authority.as_str()).map_err(|_| refused)?;
+            headers.insert(http::header::HOST, host);
+            Ok(())
+        }
+    }
+}
+
 impl Handler for Gateway {
     async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
         let loaded = self.current.load_full();
@@ -380,6 +411,14 @@ impl Handler for Gateway {
                  not passed on without its Upgrade",
             )));
         }
+        let mut req = req;
+        let (uri, headers) = (req.uri().clone(), req.headers_mut());
+        if let Err(refused) = one_host(&uri, headers) {
+            tracing::debug!(target: "sluice::refused", "{refused}");
+            let answer = Answer::bad_request(&refused.to_string());
+            sluice_http::lifecycle::Observe::refused(&loaded.observed, None, &refused.into());
+            return Ok(respond::answer(answer));
+        }
         let mut res = self.route(&loaded, peer, client, req).await?;
         if let Either::Right(body) = res.body_mut() {
             body.get_mut().hold(slot);
@@ -393,7 +432,7 @@ mod tests {
     use http::{HeaderMap, HeaderValue};
     use proptest::prelude::*;
 
-    use super::upgrade_refused;
+    use super::{one_host, upgrade_refused};
 
     /// One `Upgrade` token as clients and attackers write it: h2c in any case, WebSocket in any
     /// case, a version after a slash, empty, or anything else but a comma (the separator).
@@ -440,6 +479,49 @@ mod tests {
                 let mut headers = HeaderMap::new();
                 headers.insert(http::header::UPGRADE, value);
                 let _ = upgrade_refused(&headers);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(2_000)))]
+
+        /// A request's host, from a target with an authority (HTTP/2's `:authority`, an
+        /// absolute-form target) and `Host` lines of any bytes: refused exactly when the lines
+        /// are several, user info is given, or a line names another host than the target (in
+        /// any case); otherwise one `Host`, the target's when it has one.
+        #[test]
+        fn a_request_has_one_host_or_is_refused(
+            target in proptest::option::of("[a-zA-Z0-9.@:-]{1,12}"),
+            hosts in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..14), 0..3),
+            same in any::<bool>(),
+        ) {
+            let uri: http::Uri = match &target {
+                Some(a) => match format!("http://{a}/x").parse() { Ok(u) => u, Err(_) => return Ok(()) },
+                None => "/x".parse().unwrap(),
+            };
+            let mut headers = HeaderMap::new();
+            for (i, h) in hosts.iter().enumerate() {
+                let value = match (&target, i, same) {
+                    (Some(a), 0, true) => HeaderValue::from_str(&a.to_ascii_uppercase()).ok(),
+                    _ => HeaderValue::from_bytes(h).ok(),
+                };
+                if let Some(v) = value {
+                    headers.append(http::header::HOST, v);
+                }
+            }
+            let lines: Vec<Vec<u8>> = headers.get_all(http::header::HOST).iter().map(|v| v.as_bytes().to_vec()).collect();
+            let authority = uri.authority().map(|a| a.as_str().to_string());
+            let want_ok = lines.len() <= 1
+                && match &authority {
+                    None => true,
+                    Some(a) => !a.contains('@') && lines.first().is_none_or(|l| l.eq_ignore_ascii_case(a.as_bytes())),
+                };
+            let got = one_host(&uri, &mut headers);
+            prop_assert_eq!(got.is_ok(), want_ok, "{:?} {:?}", authority, lines);
+            if let (Ok(()), Some(a)) = (got, &authority) {
+                let host = headers.get(http::header::HOST).map(|v| v.as_bytes().to_ascii_lowercase());
+                prop_assert_eq!(host, Some(a.to_ascii_lowercase().into_bytes()));
             }
         }
     }

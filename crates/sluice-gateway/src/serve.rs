@@ -1,5 +1,12 @@
-//! The accept loop shared by every HTTP face: HTTP/1.1 connections, in TLS when the listener
-//! has it ([`crate::tls`]), graceful shutdown.
+//! The accept loop shared by every HTTP face: HTTP/1.1 and HTTP/2 connections, in TLS when the
+//! listener has it ([`crate::tls`]), graceful shutdown.
+//!
+//! HTTP/2 is spoken where the client asks for it: by ALPN on a TLS listener, and on a plaintext
+//! one with `[server] h2c = true`, to a client that opens with HTTP/2's preface (prior
+//! knowledge). Every stream is a request to the same handler as an HTTP/1.1 request. The
+//! connection's bounds ([`Protocols`]) hold streams, header lists and frames; hyper's HTTP/2
+//! (the h2 crate) sends GOAWAY to a client that resets streams faster than it may (rapid
+//! reset, CVE-2023-44487) or sends headers past the bound across CONTINUATION frames.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,10 +18,11 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::GracefulConnection;
+use sluice_config::Http2Limits;
 use tokio::net::TcpListener;
 
 use crate::respond::Body;
@@ -48,13 +56,30 @@ pub async fn serve<H: Handler>(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
-    serve_on(listener, None, handler, shutdown, drain).await
+    serve_on(listener, None, Protocols::default(), handler, shutdown, drain).await
+}
+
+/// Which HTTP versions a listener speaks beyond HTTP/1.1, and HTTP/2's bounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Protocols {
+    /// HTTP/2 with prior knowledge on a plaintext listener (`[server] h2c`).
+    pub h2c: bool,
+    /// The bounds of one HTTP/2 connection (`[server.http2]`).
+    pub http2: Http2Limits,
+}
+
+impl Protocols {
+    /// A server's protocols as its configuration asks.
+    pub fn of(server: &sluice_config::Server) -> Self {
+        Self { h2c: server.h2c, http2: server.http2 }
+    }
 }
 
 /// [`serve`], each connection in TLS first when `tls` is given.
 async fn serve_on<H: Handler>(
     listener: TcpListener,
     tls: Option<Arc<Certificates>>,
+    protocols: Protocols,
     handler: Arc<H>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
@@ -80,9 +105,19 @@ async fn serve_on<H: Handler>(
                 let service = service_fn(move |req| Arc::clone(&handler).handle(peer, req));
                 let ticket = drain_set.enter();
                 match &tls {
+                    None if protocols.h2c => {
+                        tokio::spawn(async move {
+                            // The first bytes say which: HTTP/2's preface, or an HTTP/1.1 request.
+                            let sniffed = tokio::time::timeout(HEADER_READ_TIMEOUT, opens_with_preface(&stream));
+                            match sniffed.await {
+                                Ok(Some(true)) => watched_h2(stream, service, &protocols, ticket).await,
+                                Ok(Some(false)) => watched_h1(stream, service, ticket).await,
+                                _ => {}
+                            }
+                        });
+                    }
                     None => {
-                        let conn = http1_builder().serve_connection(TokioIo::new(stream), service);
-                        tokio::spawn(Watched { conn: Box::pin(conn), ticket, closing: false, registered: false });
+                        tokio::spawn(watched_h1(stream, service, ticket));
                     }
                     Some(certificates) => {
                         // The certificate of the moment: a reload serves the next connection.
@@ -94,8 +129,11 @@ async fn serve_on<H: Handler>(
                             let Ok(Some(stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await else {
                                 return;
                             };
-                            let conn = http1_builder().serve_connection(TokioIo::new(stream), service);
-                            Watched { conn: Box::pin(conn), ticket, closing: false, registered: false }.await
+                            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                                watched_h2(stream, service, &protocols, ticket).await
+                            } else {
+                                watched_h1(stream, service, ticket).await
+                            }
                         });
                     }
                 }
@@ -110,6 +148,78 @@ async fn serve_on<H: Handler>(
 
 /// How every connection is served: HTTP/1.1, keep-alive, one sleep per connection for every
 /// request's header read timeout.
+/// HTTP/2's connection preface, which a client with prior knowledge sends first.
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether the client's first bytes are HTTP/2's preface (read without taking them); `None`
+/// when it closed first. Decided at the first byte that differs, so an HTTP/1.1 request shorter
+/// than the preface is not kept waiting.
+async fn opens_with_preface(stream: &tokio::net::TcpStream) -> Option<bool> {
+    let mut buf = [0u8; PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        if buf[..n] != PREFACE[..n] {
+            return Some(false);
+        }
+        if n == PREFACE.len() {
+            return Some(true);
+        }
+        // Part of the preface: wait for more (peek returns at once while bytes are queued).
+        stream.readable().await.ok()?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// `stream` served as HTTP/1.1 until it closes or the server drains.
+async fn watched_h1<S, F>(stream: S, service: F, ticket: DrainPlace)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: hyper::service::Service<Request<Incoming>, Response = Response<Body>, Error = Dropped>,
+{
+    let conn = http1_builder().serve_connection(TokioIo::new(stream), service);
+    Watched { conn: Box::pin(conn), ticket, closing: false, registered: false }.await
+}
+
+/// `stream` served as HTTP/2 until it closes or the server drains (a GOAWAY, then the streams
+/// in flight finish).
+async fn watched_h2<S, F>(stream: S, service: F, protocols: &Protocols, ticket: DrainPlace)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: hyper::service::HttpService<Incoming, ResBody = Body> + Clone + Send + 'static,
+    F::Future: Send + 'static,
+    F::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = http2_builder(&protocols.http2).serve_connection(TokioIo::new(stream), service);
+    Watched { conn: Box::pin(conn), ticket, closing: false, registered: false }.await
+}
+
+/// HTTP/2 with `limits`; resets and error resets bounded as hyper's defaults are (written out,
+/// so that an upgrade of hyper cannot loosen them unnoticed); a ping every 20 s, the connection
+/// closed when one goes unanswered for 20 s (a peer gone without a word).
+fn http2_builder(limits: &Http2Limits) -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(ConnTimer::default())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(limits.max_header_list_size)
+        .max_frame_size(limits.max_frame_size)
+        .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(MAX_ERROR_RESETS)
+        .keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
+/// Streams a client may open and reset before the gateway has taken them, after which it gets
+/// GOAWAY: the rapid-reset bound (CVE-2023-44487).
+pub const MAX_PENDING_RESETS: usize = 20;
+/// Streams the gateway may reset for a client's protocol errors on one connection before
+/// GOAWAY (RUSTSEC-2024-0003).
+pub const MAX_ERROR_RESETS: usize = 1024;
+
 fn http1_builder() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder.timer(ConnTimer::default()).header_read_timeout(HEADER_READ_TIMEOUT).writev(false).keep_alive(true);
@@ -232,6 +342,8 @@ pub struct Listeners {
     addr: SocketAddr,
     /// TLS on every connection (`[server.tls]`), or plaintext.
     tls: Option<Arc<Certificates>>,
+    /// HTTP/2 with prior knowledge, and HTTP/2's bounds.
+    protocols: Protocols,
 }
 
 impl std::fmt::Debug for Listeners {
@@ -257,12 +369,17 @@ impl Listeners {
                 Err(_) => sockets.push(sockets[0].try_clone()?),
             }
         }
-        Ok(Self { sockets, addr, tls: None })
+        Ok(Self { sockets, addr, tls: None, protocols: Protocols::default() })
     }
 
     /// The same sockets, every connection in TLS first, with the certificate `tls` holds.
     pub fn with_tls(self, tls: Arc<Certificates>) -> Self {
         Self { tls: Some(tls), ..self }
+    }
+
+    /// The same sockets, speaking HTTP/2 as `protocols` say (on TLS, by ALPN, always).
+    pub fn with_protocols(self, protocols: Protocols) -> Self {
+        Self { protocols, ..self }
     }
 
     /// The address bound (with the port chosen, if 0 was asked).
@@ -298,7 +415,7 @@ pub async fn serve_per_core<H: Handler>(
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
-    let tls = listeners.tls;
+    let (tls, protocols) = (listeners.tls, listeners.protocols);
     for (i, socket) in listeners.sockets.into_iter().enumerate() {
         let handler = handler.clone();
         let tls = tls.clone();
@@ -310,7 +427,7 @@ pub async fn serve_per_core<H: Handler>(
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                serve_on(listener, tls, handler, until, drain).await
+                serve_on(listener, tls, protocols, handler, until, drain).await
             })
         })?;
         workers.push(worker);

@@ -43,7 +43,8 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
         .map_err(|e| format!("server.tls: {e}"))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(ByName { default, by_name }));
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 where the client offers it, HTTP/1.1 otherwise.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 

@@ -65,6 +65,12 @@ max_in_flight_per_client = 7
 underscore_headers = "forward"
 key_secret = "the key secret of the full configuration"
 decision_api = true
+h2c = true
+
+[server.http2]
+max_concurrent_streams = 64
+max_header_list_size = 8192
+max_frame_size = 65536
 
 [server.tls]
 cert = "{cert}"

@@ -34,6 +34,12 @@ pub enum KeyRefusal {
     /// `"reject"`.
     #[error("The bearer token is invalid or expired.")]
     InvalidToken,
+    /// The request names its host twice, differently: HTTP/2's `:authority` (or an HTTP/1.1
+    /// target in absolute form) and a `Host` header, or `Host` on several lines. Applications
+    /// pick one or the other (Go's net/http the target, most frameworks `Host`), so one request
+    /// would be two hosts' business.
+    #[error("The request's host is named twice, differently (its target and `Host`), or has user info.")]
+    Authority,
 }
 
 /// What a key may be built from, gathered once per request.

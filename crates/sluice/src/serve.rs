@@ -11,7 +11,7 @@ use sluice_gateway::admin::{serve_admin, serve_inspected};
 use sluice_gateway::gateway::Gateway;
 use sluice_gateway::observe;
 use sluice_gateway::seed::{SeedConfig, SeedService};
-use sluice_gateway::serve::{Listeners, serve_per_core, termination};
+use sluice_gateway::serve::{Listeners, Protocols, serve_per_core, termination};
 use sluice_gateway::tls::Certificates;
 use sluice_rls::Rls;
 use sluice_rls::admin::WithRls;
@@ -108,7 +108,10 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let (stores, snapshots) = sluice_gateway::stores::with_snapshots(&config)?;
     let gateway = Arc::new(Gateway::new(config, stores)?);
     let snapshots = snapshots.map(|s| s.counted_by(gateway.observer().metrics()));
-    let mut listeners = Listeners::bind(listen, workers()).with_context(|| format!("cannot listen on {listen}"))?;
+    let protocols = Protocols::of(&gateway.config().config.server);
+    let mut listeners = Listeners::bind(listen, workers())
+        .with_context(|| format!("cannot listen on {listen}"))?
+        .with_protocols(protocols);
     let certificates = match &gateway.config().config.server.tls {
         Some(files) => {
             let loaded = Certificates::load(files).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

@@ -114,6 +114,49 @@ pub(super) fn server(
             Some(TlsFiles { cert: t.cert.into(), key: t.key.into(), by_name })
         }
     };
+    let http2 = match s.http2 {
+        None => Http2Limits::default(),
+        Some(h) => {
+            let h2_span = h.span();
+            let h = h.into_inner();
+            let err = |field: &str, msg: String| {
+                src.error(Some(src.field_line(&h2_span, field)), format!("server.http2.{field}"), msg)
+            };
+            let d = Http2Limits::default();
+            let within =
+                |field: &str, v: Option<u32>, default: u32, range: std::ops::RangeInclusive<u32>, why: &str| {
+                    let v = v.unwrap_or(default);
+                    if range.contains(&v) {
+                        Ok(v)
+                    } else {
+                        Err(err(field, format!("{v} is outside {}..={} ({why})", range.start(), range.end())))
+                    }
+                };
+            Http2Limits {
+                max_concurrent_streams: within(
+                    "max_concurrent_streams",
+                    h.max_concurrent_streams,
+                    d.max_concurrent_streams,
+                    1..=10_000,
+                    "streams open at once on one connection",
+                )?,
+                max_header_list_size: within(
+                    "max_header_list_size",
+                    h.max_header_list_size,
+                    d.max_header_list_size,
+                    1024..=1024 * 1024,
+                    "bytes of one request's headers",
+                )?,
+                max_frame_size: within(
+                    "max_frame_size",
+                    h.max_frame_size,
+                    d.max_frame_size,
+                    16_384..=16_777_215,
+                    "RFC 9113's bounds of SETTINGS_MAX_FRAME_SIZE",
+                )?,
+            }
+        }
+    };
     let server = Server {
         listen,
         trusted_proxies,
@@ -132,6 +175,8 @@ pub(super) fn server(
         underscore_headers,
         key_secret,
         tls,
+        h2c: s.h2c.unwrap_or(false),
+        http2,
     };
     Ok((server, s.decision_api))
 }

@@ -50,6 +50,12 @@ pub fn config_json(c: &Config) -> Value {
                     "key": p.key.display().to_string(),
                 })).collect::<Vec<_>>(),
             })),
+            "h2c": s.h2c,
+            "http2": {
+                "max_concurrent_streams": s.http2.max_concurrent_streams,
+                "max_header_list_size": s.http2.max_header_list_size,
+                "max_frame_size": s.http2.max_frame_size,
+            },
         },
         "decision_api": {
             "enabled": c.decision_api.enabled,

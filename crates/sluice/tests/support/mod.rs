@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test binary uses part of this module
 
 pub mod app;
+pub mod certs;
+pub mod h2;
 pub mod raw;
 
 use std::io::{BufRead, BufReader};
