@@ -224,6 +224,9 @@ pub struct Server {
     pub h2c: bool,
     /// `[server.http2]`: what one HTTP/2 connection may ask of the gateway.
     pub http2: Http2Limits,
+    /// How long a relayed WebSocket connection may carry no byte either way before both sides
+    /// are closed.
+    pub tunnel_idle_timeout: Nanos,
 }
 
 /// `[server.http2]`: the bounds of one client's HTTP/2 connection, advertised in its SETTINGS
@@ -442,6 +445,9 @@ pub struct Route {
     /// Refusals this route waives because the operator knows how its application reads requests
     /// (`loosen`); by default none is waived.
     pub loosen: Loosen,
+    /// Whether a WebSocket upgrade is relayed to the upstream (`upgrades = ["websocket"]`);
+    /// elsewhere an upgrade is refused, never passed on without its `Upgrade`.
+    pub websocket: bool,
 }
 
 /// Refusals a route can waive (`loosen = ["content-type", "query"]`).

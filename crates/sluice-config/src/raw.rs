@@ -49,6 +49,7 @@ pub(crate) struct RawServer {
     pub tls: Option<toml::Spanned<RawTls>>,
     pub h2c: Option<bool>,
     pub http2: Option<toml::Spanned<RawHttp2>>,
+    pub tunnel_idle_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -117,6 +118,8 @@ pub(crate) struct RawRoute {
     pub limits: Vec<RawLimit>,
     #[serde(default)]
     pub loosen: Vec<String>,
+    #[serde(default)]
+    pub upgrades: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

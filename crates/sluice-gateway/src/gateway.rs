@@ -31,6 +31,7 @@ use crate::reservations::Reservations;
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
 use crate::stores::StoreBuilder;
+use crate::tunnel::{ClientUpgrade, Tunnel};
 
 /// One loaded configuration and everything derived from it.
 pub struct InForce {
@@ -98,6 +99,13 @@ impl InForce {
     /// The store in use.
     pub fn store(&self) -> &Arc<dyn Store> {
         self.limiter.enforcer().store()
+    }
+
+    /// Whether the route `req` goes to relays WebSockets (and there is an upstream to relay to).
+    fn relays_websocket<B>(&self, req: &Request<B>) -> bool {
+        let Ok(path) = sluice_http::pipeline::route_path(req.uri().path()) else { return false };
+        let route = sluice_config::find_route(&self.config.routes, req.method().as_str(), &path);
+        self.upstream.is_some() && route.is_some_and(|(_, r)| r.websocket)
     }
 }
 
@@ -257,6 +265,11 @@ impl Face for Proxied<'_> {
     /// The upstream's body is metered; sluice's own answer (no upstream, a 502) is not what a
     /// limit's cost is read from: the reservation stands.
     fn meter(mut response: Response<Body>, meter: Meter) -> Response<Body> {
+        // A relayed WebSocket's concurrency slots are held until the relay ends.
+        if let Some(tunnel) = response.extensions().get::<Tunnel>() {
+            tunnel.hold(meter);
+            return response;
+        }
         match response.body_mut() {
             Either::Right(body) => body.attach(meter),
             Either::Left(_) => meter.unmetered(),
@@ -271,6 +284,11 @@ impl Face for Proxied<'_> {
         _: &Ruling<'_>,
     ) -> Result<Response<Body>, Dropped> {
         let loaded = self.loaded;
+        let mut head = head;
+        if let (Some(up), Some(upgrade)) = (&loaded.upstream, head.extensions.remove::<ClientUpgrade>()) {
+            let idle = Duration::from_nanos(loaded.config.server.tunnel_idle_timeout);
+            return Ok(up.tunnel(head, upgrade, self.client, &loaded.forwarding, idle).await);
+        }
         Ok(match (&loaded.upstream, self.body.take()) {
             (Some(up), Some(body)) => {
                 up.forward(Request::from_parts(head, body), self.client, &loaded.forwarding).await
@@ -343,18 +361,36 @@ fn too_many_in_flight() -> Answer {
     a
 }
 
-/// True when a request asks to switch protocols to something other than `h2c`: the gateway
-/// relays no upgraded connection, and passing the request on without its `Upgrade` would answer
-/// the client as if the upstream had refused it. `Upgrade: h2c` (curl's `--http2` on `http://`)
-/// is served as the HTTP/1.1 request it also is, its `Upgrade` and `HTTP2-Settings` never passed
-/// on (h2c smuggling).
-fn upgrade_refused(headers: &http::HeaderMap) -> bool {
-    headers.get_all(http::header::UPGRADE).iter().any(|v| {
-        v.as_bytes().split(|&b| b == b',').any(|token| {
+/// What a request's `Upgrade` asks for. A request that asks anything is relayed (a WebSocket,
+/// where its route says so) or refused: passing it on without its `Upgrade` would answer the
+/// client as if the upstream had refused it. `Upgrade: h2c` (curl's `--http2` on `http://`) is
+/// served as the HTTP/1.1 request it also is, its `Upgrade` and `HTTP2-Settings` never passed on
+/// (h2c smuggling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// No upgrade (or only `h2c`).
+    Nothing,
+    /// WebSocket, and nothing else.
+    WebSocket,
+    /// Anything else, or WebSocket with something else (a version, another protocol).
+    Other,
+}
+
+fn upgrade_asked(headers: &http::HeaderMap) -> Asked {
+    let mut asked = Asked::Nothing;
+    for v in headers.get_all(http::header::UPGRADE) {
+        for token in v.as_bytes().split(|&b| b == b',') {
             let token = token.trim_ascii();
-            !token.is_empty() && !token.eq_ignore_ascii_case(b"h2c")
-        })
-    })
+            if token.is_empty() || token.eq_ignore_ascii_case(b"h2c") {
+                continue;
+            }
+            if !token.eq_ignore_ascii_case(b"websocket") {
+                return Asked::Other;
+            }
+            asked = Asked::WebSocket;
+        }
+    }
+    asked
 }
 
 /// Gives `req` one host: the one its target names (HTTP/2's `:authority`, an HTTP/1.1 target in
@@ -401,17 +437,24 @@ impl Handler for Gateway {
             loaded.observed.shed_per_client();
             return Ok(respond::answer(too_many_in_flight()));
         }
-        if upgrade_refused(req.headers()) {
-            tracing::debug!(target: "sluice::refused", "a protocol upgrade, which the gateway does not pass on");
-            loaded.observed.upgrade_refused();
-            return Ok(respond::answer(Answer::error(
-                http::StatusCode::NOT_IMPLEMENTED,
-                "upgrade_not_supported",
-                "sluice does not pass protocol upgrades (WebSocket) to the upstream: the request is refused, \
-                 not passed on without its Upgrade",
-            )));
-        }
         let mut req = req;
+        match upgrade_asked(req.headers()) {
+            Asked::Nothing => {}
+            Asked::WebSocket if req.version() == http::Version::HTTP_11 && loaded.relays_websocket(&req) => {
+                let upgrade = hyper::upgrade::on(&mut req);
+                req.extensions_mut().insert(ClientUpgrade(upgrade));
+            }
+            Asked::WebSocket | Asked::Other => {
+                tracing::debug!(target: "sluice::refused", "a protocol upgrade this route does not relay");
+                loaded.observed.upgrade_refused();
+                return Ok(respond::answer(Answer::error(
+                    http::StatusCode::NOT_IMPLEMENTED,
+                    "upgrade_not_supported",
+                    "This route does not relay protocol upgrades (a WebSocket is relayed only where its route \
+                     says `upgrades = [\"websocket\"]`): the request is refused, not passed on without its Upgrade",
+                )));
+            }
+        }
         let (uri, headers) = (req.uri().clone(), req.headers_mut());
         if let Err(refused) = one_host(&uri, headers) {
             tracing::debug!(target: "sluice::refused", "{refused}");
@@ -420,7 +463,10 @@ impl Handler for Gateway {
             return Ok(respond::answer(answer));
         }
         let mut res = self.route(&loaded, peer, client, req).await?;
-        if let Either::Right(body) = res.body_mut() {
+        if let Some(tunnel) = res.extensions().get::<Tunnel>() {
+            // A relayed WebSocket is one request in flight for as long as it lives.
+            tunnel.hold(slot);
+        } else if let Either::Right(body) = res.body_mut() {
             body.get_mut().hold(slot);
         }
         Ok(res)
@@ -432,7 +478,12 @@ mod tests {
     use http::{HeaderMap, HeaderValue};
     use proptest::prelude::*;
 
-    use super::{one_host, upgrade_refused};
+    use super::{Asked, one_host, upgrade_asked};
+
+    /// Whether a request asking `headers`' upgrade is refused on a route that relays nothing.
+    fn upgrade_refused(headers: &HeaderMap) -> bool {
+        upgrade_asked(headers) != Asked::Nothing
+    }
 
     /// One `Upgrade` token as clients and attackers write it: h2c in any case, WebSocket in any
     /// case, a version after a slash, empty, or anything else but a comma (the separator).
@@ -451,25 +502,35 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(3000)))]
 
-        /// Refused exactly when some comma-separated token of some `Upgrade` line, spaces and
-        /// tabs around it dropped, names anything but h2c (any case): what Go's, Node's and
-        /// Python's WebSocket servers would take as an upgrade is never passed on silently.
+        /// Asks an upgrade exactly when some comma-separated token of some `Upgrade` line, spaces
+        /// and tabs around it dropped, names anything but h2c (any case): what Go's, Node's and
+        /// Python's WebSocket servers would take as an upgrade is never passed on silently; a
+        /// WebSocket when every such token is `websocket`, in any case.
         #[test]
         fn every_upgrade_but_h2c_is_refused(
             lines in proptest::collection::vec(proptest::collection::vec((token(), "[ \t]{0,2}", "[ \t]{0,2}"), 1..4), 1..3),
         ) {
             let mut headers = HeaderMap::new();
-            let mut refuse = false;
+            let (mut refuse, mut other) = (false, false);
             for line in &lines {
                 let text: Vec<String> = line.iter().map(|(t, before, after)| format!("{before}{t}{after}")).collect();
                 let Ok(value) = HeaderValue::from_str(&text.join(",")) else { continue };
                 headers.append(http::header::UPGRADE, value);
-                refuse |= line.iter().any(|(t, _, _)| {
+                for (t, _, _) in line {
                     let t = t.trim_matches([' ', '\t']);
-                    !t.is_empty() && !t.eq_ignore_ascii_case("h2c")
-                });
+                    let asked = !t.is_empty() && !t.eq_ignore_ascii_case("h2c");
+                    refuse |= asked;
+                    other |= asked && !t.eq_ignore_ascii_case("websocket");
+                }
             }
             prop_assert_eq!(upgrade_refused(&headers), refuse);
+            // A WebSocket (relayed where its route says so) when that is all it asks for.
+            let want = match (refuse, other) {
+                (false, _) => Asked::Nothing,
+                (true, false) => Asked::WebSocket,
+                (true, true) => Asked::Other,
+            };
+            prop_assert_eq!(upgrade_asked(&headers), want);
         }
 
         /// Any bytes a header value may hold: an answer, never a panic.

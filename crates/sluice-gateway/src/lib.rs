@@ -51,3 +51,4 @@ pub mod serve;
 pub mod stores;
 pub mod timer;
 pub mod tls;
+pub mod tunnel;

@@ -105,21 +105,8 @@ impl Upstream {
     /// aborted and its connection closed, never reused, whatever part of the body it received.
     pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
-        // Origin form (`/path?query`): the connection is the upstream's already. A target in
-        // origin form already (the usual case) is sent as it came, parsed once.
-        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
-            let mut origin = http::uri::Parts::default();
-            origin.path_and_query =
-                Some(parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
-            let Ok(uri) = Uri::from_parts(origin) else {
-                return respond::error(400, "bad_request", "The request target cannot be forwarded.");
-            };
-            parts.uri = uri;
-        }
-        if !parts.headers.contains_key(header::HOST)
-            && let Ok(host) = HeaderValue::from_str(self.authority.as_str())
-        {
-            parts.headers.insert(header::HOST, host);
+        if let Err(e) = self.addressed(&mut parts) {
+            return e.answer();
         }
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
@@ -156,6 +143,54 @@ impl Upstream {
                 None => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
             },
         }
+    }
+}
+
+impl Upstream {
+    /// `parts` addressed to this upstream: the target in origin form (`/path?query`: the
+    /// connection is the upstream's already; a target in origin form, the usual case, is sent as
+    /// it came, parsed once) and a `Host` (this upstream's when the request has none).
+    fn addressed(&self, parts: &mut http::request::Parts) -> Result<(), Unforwardable> {
+        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+            let mut origin = http::uri::Parts::default();
+            origin.path_and_query =
+                Some(parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
+            let Ok(uri) = Uri::from_parts(origin) else { return Err(Unforwardable) };
+            parts.uri = uri;
+        }
+        if !parts.headers.contains_key(header::HOST)
+            && let Ok(host) = HeaderValue::from_str(self.authority.as_str())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
+        Ok(())
+    }
+
+    /// Sends the admitted WebSocket upgrade `parts` to the upstream, on a connection of its own,
+    /// and relays the connection when the upstream switches protocols ([`crate::tunnel`]).
+    pub async fn tunnel(
+        &self,
+        mut parts: http::request::Parts,
+        upgrade: crate::tunnel::ClientUpgrade,
+        client: &Client,
+        forwarding: &Forwarding,
+        idle: Duration,
+    ) -> Response<Body> {
+        if let Err(e) = self.addressed(&mut parts) {
+            return e.answer();
+        }
+        forwarding.apply(&mut parts.headers, client);
+        crate::tunnel::open(self.authority.as_str(), parts, upgrade.0, self.timeout, idle).await
+    }
+}
+
+/// A request target that has no origin form to send.
+#[derive(Debug)]
+struct Unforwardable;
+
+impl Unforwardable {
+    fn answer(self) -> Response<Body> {
+        respond::error(400, "bad_request", "The request target cannot be forwarded.")
     }
 }
 

@@ -21,7 +21,6 @@ use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::graceful::GracefulConnection;
 use sluice_config::Http2Limits;
 use tokio::net::TcpListener;
 
@@ -179,7 +178,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     F: hyper::service::Service<Request<Incoming>, Response = Response<Body>, Error = Dropped>,
 {
-    let conn = http1_builder().serve_connection(TokioIo::new(stream), service);
+    let conn = http1_builder().serve_connection(TokioIo::new(stream), service).with_upgrades();
     Watched { conn: Box::pin(conn), ticket, closing: false, registered: false }.await
 }
 
@@ -313,7 +312,40 @@ struct Watched<C> {
     registered: bool,
 }
 
-impl<C: GracefulConnection> Future for Watched<C> {
+/// A connection that can be asked to finish what it has begun and take nothing new: hyper's
+/// HTTP/1.1 connection (with upgrades: a relayed WebSocket outlives it) and HTTP/2's.
+trait Graceful: Future {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S> Graceful for http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S::ResBody: 'static,
+    <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http1::UpgradeableConnection::graceful_shutdown(self);
+    }
+}
+
+impl<I, S, E> Graceful for http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S::ResBody: 'static,
+    <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http2::Connection::graceful_shutdown(self);
+    }
+}
+
+impl<C: Graceful> Future for Watched<C> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {

@@ -66,6 +66,7 @@ underscore_headers = "forward"
 key_secret = "the key secret of the full configuration"
 decision_api = true
 h2c = true
+tunnel_idle_timeout = "90s"
 
 [server.http2]
 max_concurrent_streams = 64
@@ -114,6 +115,7 @@ methods = ["POST"]
 cost = 2
 exact = true
 loosen = ["query"]
+upgrades = ["websocket"]
 limits = [
   {{ policy = "window", key = ["json:/email", "route"], cost = 1 }},
   {{ key = "jwt:sub|user", policy_by = "jwt:plan", policies = {{ pro = "bucket" }}, default_policy = "leaky", cost_from = "response-header:x-usage" }},

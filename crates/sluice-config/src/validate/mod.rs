@@ -43,6 +43,7 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         }
         policies.push(pc);
     }
+    let route_spans: Vec<_> = raw.route.iter().map(|r| r.span()).collect();
     let routes = raw
         .route
         .into_iter()
@@ -56,6 +57,15 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         if p.unit.is_none() && raw_units[i].is_none() {
             p.unit = inferred_unit(i, &routes);
         }
+    }
+    if upstream.is_none()
+        && let Some(i) = routes.iter().position(|r| r.websocket)
+    {
+        return Err(src.error(
+            Some(src.field_line(&route_spans[i], "upgrades")),
+            format!("route[{i}].upgrades"),
+            "a WebSocket is relayed to the upstream: add `[upstream]`, or remove `upgrades`".to_string(),
+        ));
     }
     let store_span = raw.store.as_ref().map(|s| s.span());
     let store = store::store(src, raw.store)?;

@@ -175,5 +175,17 @@ pub(super) fn route(
                 .into(),
         ));
     }
-    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits, loosen })
+    let mut websocket = false;
+    for u in &r.upgrades {
+        match u.to_ascii_lowercase().as_str() {
+            "websocket" => websocket = true,
+            _ => {
+                return Err(err(
+                    "upgrades",
+                    format!("`{u}` is not a protocol the gateway relays (`websocket`; HTTP/2 is `[server] h2c`)"),
+                ));
+            }
+        }
+    }
+    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits, loosen, websocket })
 }

@@ -76,6 +76,7 @@ pub(super) fn server(
     };
     let body_timeout = duration("body_timeout", s.body_timeout.as_deref(), "10s")?;
     let body_idle_timeout = duration("body_idle_timeout", s.body_idle_timeout.as_deref(), "5s")?;
+    let tunnel_idle_timeout = duration("tunnel_idle_timeout", s.tunnel_idle_timeout.as_deref(), "5m")?;
     let max_body_reads_per_client = s.max_body_reads_per_client.unwrap_or(4);
     if max_body_reads_per_client == 0 {
         return Err(err("max_body_reads_per_client", "must be at least 1".into()));
@@ -177,6 +178,7 @@ pub(super) fn server(
         tls,
         h2c: s.h2c.unwrap_or(false),
         http2,
+        tunnel_idle_timeout,
     };
     Ok((server, s.decision_api))
 }

@@ -51,6 +51,7 @@ pub fn config_json(c: &Config) -> Value {
                 })).collect::<Vec<_>>(),
             })),
             "h2c": s.h2c,
+            "tunnel_idle_timeout_ms": s.tunnel_idle_timeout / NANOS_PER_MILLI,
             "http2": {
                 "max_concurrent_streams": s.http2.max_concurrent_streams,
                 "max_header_list_size": s.http2.max_header_list_size,
@@ -74,6 +75,7 @@ pub fn config_json(c: &Config) -> Value {
             "exact": r.path.exact,
             "methods": r.methods,
             "loosen": r.loosen.names(),
+            "upgrades": if r.websocket { vec!["websocket"] } else { vec![] },
             "limits": r.limits.iter().map(|l| {
                 let mut v = json!({
                     "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),
