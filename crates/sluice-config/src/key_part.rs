@@ -52,9 +52,14 @@ pub(crate) fn key_part(text: &str) -> Result<Vec<KeySource>, String> {
                 }
                 "const" => Ok(KeySource::Const(need_arg("a value, like `const:global`")?)),
                 "jwt" => Ok(KeySource::Jwt(claim_pointer(&need_arg("a claim, like `jwt:sub` or `jwt:/tenant/id`")?))),
+                "tls" => match arg {
+                    "san" => Ok(KeySource::Tls(TlsName::San)),
+                    "subject" => Ok(KeySource::Tls(TlsName::Subject)),
+                    _ => Err(format!("`{s}`: the client certificate's `tls:san` or `tls:subject`")),
+                },
                 other => Err(format!(
                     "unknown key part `{other}` (ip, header:NAME, user, json:/pointer, form:FIELD, jwt:CLAIM, method, \
-                     path, route, const:VALUE, email(...))"
+                     path, route, const:VALUE, tls:san, tls:subject, email(...))"
                 )),
             }
         })

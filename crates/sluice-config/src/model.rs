@@ -259,6 +259,12 @@ pub struct TlsFiles {
     /// `[[server.tls.certificates]]`: more pairs, each served to the clients that ask for a
     /// name its certificate covers (the first that does, in this order).
     pub by_name: Vec<TlsPair>,
+    /// `client_ca`: the certificates (PEM) a client certificate must chain to; `None`: no
+    /// client certificate is asked for.
+    pub client_ca: Option<std::path::PathBuf>,
+    /// `client_auth = "optional"`: a client without a certificate is served too (its `tls:`
+    /// key parts absent); by default one is required. A certificate given must verify either way.
+    pub client_auth_optional: bool,
 }
 
 /// A certificate chain and its key, PEM files.
@@ -277,6 +283,7 @@ impl TlsFiles {
         for p in &self.by_name {
             out.extend([p.cert.as_path(), p.key.as_path()]);
         }
+        out.extend(self.client_ca.as_deref());
         out
     }
 }
@@ -672,6 +679,9 @@ pub enum KeySource {
     /// A claim of a verified bearer JWT (`[identity.jwt]`), at this JSON pointer into its
     /// payload (`jwt:sub` is `/sub`): absent unless the token verifies.
     Jwt(String),
+    /// The client certificate the TLS handshake verified (`[server.tls] client_ca`): its
+    /// subject alternative names or its subject. Absent without one.
+    Tls(TlsName),
     /// Another source's value read as an email address (`email(json:/email)`): trimmed,
     /// lower-cased, and a `+tag` in the local part dropped, so `Victim+1@x` and `victim@x` are
     /// one account. An alias rule for providers that deliver `+tag` mail to the same mailbox,
@@ -719,8 +729,19 @@ impl KeySource {
             KeySource::Route => "route",
             KeySource::Const(_) => "const",
             KeySource::Jwt(_) => "jwt",
+            KeySource::Tls(_) => "tls",
         }
     }
+}
+
+/// What a `tls:` key part reads of the verified client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TlsName {
+    /// `tls:san`: its DNS subject alternative names, then its URI ones (a SPIFFE id is a URI),
+    /// each in the certificate's order, joined by `,`.
+    San,
+    /// `tls:subject`: its subject, the distinguished name as the certificate encodes it.
+    Subject,
 }
 
 impl fmt::Display for KeySource {
@@ -730,6 +751,8 @@ impl fmt::Display for KeySource {
             KeySource::Json(p) => write!(f, "json:{p}"),
             KeySource::Form(name) => write!(f, "form:{name}"),
             KeySource::Const(c) => write!(f, "const:{c}"),
+            KeySource::Tls(TlsName::San) => f.write_str("tls:san"),
+            KeySource::Tls(TlsName::Subject) => f.write_str("tls:subject"),
             KeySource::Email(inner) => write!(f, "email({inner})"),
             // A top-level claim as written (`jwt:sub`), a deeper one as its pointer.
             KeySource::Jwt(p) => match p.strip_prefix('/') {

@@ -67,6 +67,8 @@ pub(crate) struct RawTls {
     pub key: String,
     #[serde(default)]
     pub certificates: Vec<toml::Spanned<RawTlsPair>>,
+    pub client_ca: Option<String>,
+    pub client_auth: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

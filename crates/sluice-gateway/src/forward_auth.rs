@@ -196,7 +196,7 @@ pub async fn handle(
         Ok(o) => o,
         Err(why) => return respond::answer(Answer::bad_request(&why.to_string())),
     };
-    let asked = Asked { method: original.method, path: original.path, query: None, headers };
+    let asked = Asked { method: original.method, path: original.path, query: None, headers, tls: None };
     let face = Asking { config };
     match Lifecycle::new(limiter, observed).routed(&config.routes, &client, asked, face).await {
         Ok(res) => res,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
-use hyper::service::service_fn;
+use hyper::service::{Service, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_config::Http2Limits;
 use tokio::net::TcpListener;
@@ -128,6 +128,15 @@ async fn serve_on<H: Handler>(
                             let Ok(Some(stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await else {
                                 return;
                             };
+                            // The client certificate the handshake verified, given to every
+                            // request of the connection for `tls:` key parts.
+                            let cert = crate::tls::peer_certificate(stream.get_ref().1);
+                            let service = service_fn(move |mut req: Request<Incoming>| {
+                                if let Some(cert) = &cert {
+                                    req.extensions_mut().insert(cert.clone());
+                                }
+                                service.call(req)
+                            });
                             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                                 watched_h2(stream, service, &protocols, ticket).await
                             } else {

@@ -1,6 +1,8 @@
 //! TLS on the listener (`[server.tls]`): a certificate chain and its key, PEM files, served
-//! with rustls's safe defaults (TLS 1.2 and 1.3 only), HTTP/1.1 inside; more pairs
-//! (`[[server.tls.certificates]]`) chosen by the name a client asks for (SNI).
+//! with rustls's safe defaults (TLS 1.2 and 1.3 only), HTTP/2 or HTTP/1.1 inside by ALPN; more
+//! pairs (`[[server.tls.certificates]]`) chosen by the name a client asks for (SNI); client
+//! certificates checked against `client_ca` when it is given, the verified one's names read by
+//! `tls:` key parts ([`peer_certificate`]).
 //!
 //! A plaintext request sent to the TLS port is answered — 400 in plain HTTP, saying the port
 //! speaks TLS — rather than left to hang in a handshake that never starts.
@@ -38,14 +40,51 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
         .enumerate()
         .map(|(i, p)| pair(&provider, &format!("server.tls.certificates[{i}]"), &p.cert, &p.key))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("server.tls: {e}"))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(ByName { default, by_name }));
+        .map_err(|e| format!("server.tls: {e}"))?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => builder.with_client_cert_verifier(client_verifier(&provider, ca, files.client_auth_optional)?),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(ByName { default, by_name }));
     // HTTP/2 where the client offers it, HTTP/1.1 otherwise.
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Client certificates checked against the certificates of `ca` (webpki: the chain, the
+/// validity dates, the key usage for client authentication); one is required unless `optional`.
+fn client_verifier(
+    provider: &Arc<CryptoProvider>,
+    ca: &Path,
+    optional: bool,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, String> {
+    let shown = ca.display();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| format!("server.tls.client_ca: {shown}: {e}"))? {
+        let cert = cert.map_err(|e| format!("server.tls.client_ca: {shown}: {e}"))?;
+        roots.add(cert).map_err(|e| format!("server.tls.client_ca: {shown}: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("server.tls.client_ca: {shown}: no PEM certificate in it"));
+    }
+    let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+    let builder = if optional { builder.allow_unauthenticated() } else { builder };
+    builder.build().map_err(|e| format!("server.tls.client_ca: {shown}: {e}"))
+}
+
+/// What `tls:` key parts read of the certificate the client presented, which the handshake
+/// verified; `None` when it presented none.
+pub fn peer_certificate(conn: &rustls::ServerConnection) -> Option<sluice_http::identity::PeerCertificate> {
+    names_of(conn.peer_certificates()?.first()?)
+}
+
+/// The names of the certificate `der`; `None` when it does not parse.
+fn names_of(der: &CertificateDer<'_>) -> Option<sluice_http::identity::PeerCertificate> {
+    let cert = webpki::EndEntityCert::try_from(der).ok()?;
+    let names = cert.valid_dns_names().chain(cert.valid_uri_names());
+    Some(sluice_http::identity::PeerCertificate::new(names, cert.subject()))
 }
 
 /// The chain in `cert` and the key in `key`, which must go together (`field` names them).
@@ -185,6 +224,28 @@ pub async fn handshake(acceptor: &TlsAcceptor, mut stream: TcpStream) -> Option<
         Err(e) => {
             tracing::debug!(target: "sluice::tls", error = %e, "a TLS handshake failed");
             None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rustls::pki_types::CertificateDer;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(2_000)))]
+
+        /// A client certificate is read from bytes the client chose (the handshake verified its
+        /// chain, not that its extensions are what a reader expects): any bytes, a DER prefix
+        /// and a long tail included, give names or none, never a panic.
+        #[test]
+        fn any_certificate_bytes_are_read_without_a_panic(
+            prefix in prop_oneof![Just(vec![]), Just(vec![0x30, 0x82]), Just(vec![0x30, 0x81, 0xff])],
+            bytes in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let der = CertificateDer::from([prefix, bytes].concat());
+            let _ = super::names_of(&der);
         }
     }
 }

@@ -76,6 +76,8 @@ max_frame_size = 65536
 [server.tls]
 cert = "{cert}"
 key = "{key}"
+client_ca = "{cert}"
+client_auth = "optional"
 
 [[server.tls.certificates]]
 cert = "{cert}"

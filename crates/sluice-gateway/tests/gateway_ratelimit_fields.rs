@@ -256,8 +256,15 @@ async fn partition_keys_are_the_key_hashes_and_only_when_asked_for() {
 async fn headers_for(limiter: &Limiter, cfg: &Config, ip: &str) -> (http::HeaderMap, Vec<Vec<u8>>) {
     let headers = http::HeaderMap::new();
     let client = limiter.client(ip.parse().unwrap(), &headers);
-    let facts =
-        RequestFacts { method: "GET", path: "/api", route: "/api", client: &client, headers: &headers, body: None };
+    let facts = RequestFacts {
+        method: "GET",
+        path: "/api",
+        route: "/api",
+        client: &client,
+        headers: &headers,
+        tls: None,
+        body: None,
+    };
     let ruling = limiter.decide(limiter.checks(&cfg.routes[0].limits, &facts).expect("keys")).await;
     let mut out = http::HeaderMap::new();
     ruling.write_headers(&mut out);

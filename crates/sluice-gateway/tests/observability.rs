@@ -477,6 +477,7 @@ async fn a_denial_line_names_its_policy_and_carries_no_raw_ip_email_or_api_key()
         route: "password-reset",
         client: &client,
         headers: &http::HeaderMap::new(),
+        tls: None,
         body: Some(&json),
     };
     let spec = KeySpec { parts: vec![vec![KeySource::Json("/email".into())]] };

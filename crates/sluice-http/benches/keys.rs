@@ -41,7 +41,8 @@ fn keys(c: &mut Criterion) {
     let by_ip = KeySpec { parts: vec![vec![KeySource::Ip]] };
     let by_sub = KeySpec { parts: vec![vec![KeySource::Jwt("/sub".into()), KeySource::Ip]] };
     let key = |spec: &KeySpec, headers: &HeaderMap| {
-        let facts = RequestFacts { method: "GET", path: "/api", route: "api", client: &client, headers, body: None };
+        let facts =
+            RequestFacts { method: "GET", path: "/api", route: "api", client: &client, headers, tls: None, body: None };
         builder.key("p", spec, &facts).expect("a key")
     };
 

@@ -325,3 +325,32 @@ mod tests {
         }
     }
 }
+
+/// The client certificate a TLS handshake verified, as `tls:` key parts read it: put in a
+/// request's extensions by the server that terminated TLS (sluice's gateway, with
+/// `[server.tls] client_ca`), and absent otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCertificate {
+    /// The subject alternative names (DNS, then URI), joined by `,`.
+    san: std::sync::Arc<str>,
+    /// The subject, DER as the certificate encodes it.
+    subject: std::sync::Arc<[u8]>,
+}
+
+impl PeerCertificate {
+    /// A certificate naming `san` (DNS and URI names) with the DER subject `subject`.
+    pub fn new<'a>(san: impl IntoIterator<Item = &'a str>, subject: &[u8]) -> Self {
+        let san: Vec<&str> = san.into_iter().collect();
+        Self { san: san.join(",").into(), subject: subject.into() }
+    }
+
+    /// Its subject alternative names, joined by `,`; `None` when it has none.
+    pub fn san(&self) -> Option<&str> {
+        Some(&*self.san).filter(|s| !s.is_empty())
+    }
+
+    /// Its subject (DER).
+    pub fn subject(&self) -> &[u8] {
+        &self.subject
+    }
+}

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::HeaderMap;
-use sluice_config::{KeySource, KeySpec, PlanChoice};
+use sluice_config::{KeySource, KeySpec, PlanChoice, TlsName};
 use sluice_store::{KeyHash, KeyHasher};
 
 use crate::account::account_key;
@@ -55,6 +55,8 @@ pub struct RequestFacts<'a> {
     pub client: &'a Client,
     /// Request headers.
     pub headers: &'a HeaderMap,
+    /// The client certificate the connection's TLS handshake verified (`tls:` parts), if any.
+    pub tls: Option<&'a crate::identity::PeerCertificate>,
     /// The body parsed for `json:` or `form:` parts, when some key part needs it and it could
     /// be keyed (see [`crate::body_key`]).
     pub body: Option<&'a KeyedBody>,
@@ -119,7 +121,7 @@ impl KeyBuilder {
     /// let client = Client { ip, grouped: ip, peer_trusted: false };
     /// let keys = KeyBuilder::new(KeyHasher::from_secret(b"0123456789abcdef"), None);
     /// let key = |headers: &http::HeaderMap| {
-    ///     let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers, body: None };
+    ///     let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers, tls: None, body: None };
     ///     keys.key("p", &spec, &facts)
     /// };
     /// let mut headers = http::HeaderMap::new();
@@ -314,6 +316,9 @@ impl KeyBuilder {
             KeySource::Path => Some(Cow::Borrowed(without_format(f.path).as_bytes())),
             KeySource::Route => Some(Cow::Borrowed(f.route.as_bytes())),
             KeySource::Const(c) => Some(Cow::Borrowed(c.as_bytes())),
+            // Verified by the handshake: nothing of the request's own can say it.
+            KeySource::Tls(TlsName::San) => f.tls.and_then(|c| c.san()).map(|s| Cow::Borrowed(s.as_bytes())),
+            KeySource::Tls(TlsName::Subject) => f.tls.map(|c| Cow::Borrowed(c.subject())),
             KeySource::Email(inner) => {
                 self.value_of(inner, f, memo)?.and_then(|v| email_key(&v)).map(|e| Cow::Owned(e.into_bytes()))
             }
@@ -413,7 +418,15 @@ mod tests {
     }
 
     fn facts<'a>(h: &'a HeaderMap, body: Option<&'a KeyedBody>, client: &'a Client) -> RequestFacts<'a> {
-        RequestFacts { method: "POST", path: "/api/password-reset", route: "reset", client, headers: h, body }
+        RequestFacts {
+            method: "POST",
+            path: "/api/password-reset",
+            route: "reset",
+            client,
+            headers: h,
+            tls: None,
+            body,
+        }
     }
 
     fn keys() -> KeyBuilder {
@@ -422,6 +435,32 @@ mod tests {
 
     fn key(s: &KeySpec, f: &RequestFacts<'_>) -> (KeyHash, KeyKind) {
         keys().key("p", s, f).expect("a key")
+    }
+
+    #[test]
+    fn tls_parts_read_the_verified_certificate_and_nothing_a_request_sends() {
+        use crate::identity::PeerCertificate;
+        let (c, mut h) = (client(true), HeaderMap::new());
+        // Headers named like the parts change nothing: only the handshake says.
+        h.insert("tls", "spiffe://example.org/svc-a".parse().unwrap());
+        h.insert("x-ssl-client-s-dn", "CN=svc-a".parse().unwrap());
+        let by_san = spec(&[&[KeySource::Tls(TlsName::San), KeySource::Ip]]);
+        let (anonymous, kind) = key(&by_san, &facts(&h, None, &c));
+        assert_eq!(kind, "ip", "no certificate: the fallback");
+        let a = PeerCertificate::new(["svc-a.internal", "spiffe://example.org/svc-a"], b"CN=svc-a");
+        let b = PeerCertificate::new(["spiffe://example.org/svc-b"], b"CN=svc-a");
+        let with =
+            |cert: &PeerCertificate, s: &KeySpec| key(s, &RequestFacts { tls: Some(cert), ..facts(&h, None, &c) });
+        let (ka, kind) = with(&a, &by_san);
+        assert_eq!(kind, "tls");
+        assert_ne!(ka, anonymous);
+        assert_ne!(ka, with(&b, &by_san).0, "another name, another key");
+        let by_subject = spec(&[&[KeySource::Tls(TlsName::Subject)]]);
+        assert_eq!(with(&a, &by_subject).0, with(&b, &by_subject).0, "one subject, one key");
+        // A certificate with no alternative name has no `tls:san`.
+        let bare = PeerCertificate::new([], b"CN=bare");
+        assert_eq!(bare.san(), None);
+        assert_eq!(with(&bare, &by_san).1, "ip");
     }
 
     #[test]

@@ -74,7 +74,7 @@ use sluice_config::{CostFrom, Loosen, Route, RouteLimit, find_route};
 use sluice_store::Settle;
 
 use crate::body_key::{BodyKind, body_kind, keyable_body, needs_body};
-use crate::identity::Client;
+use crate::identity::{Client, PeerCertificate};
 use crate::keys::RequestFacts;
 use crate::meter::{Meter, Reading};
 use crate::pipeline::{Action, Checks, Limiter, Refusal, Ruling, route_path};
@@ -102,6 +102,8 @@ pub struct Asked<'r> {
     pub query: Option<&'r str>,
     /// The request's headers.
     pub headers: &'r HeaderMap,
+    /// The client certificate its connection's TLS handshake verified, if any.
+    pub tls: Option<&'r PeerCertificate>,
 }
 
 /// A request as a face holds it, able to say what it asks ([`Asked`]).
@@ -112,14 +114,26 @@ pub trait Asks {
 
 impl Asks for http::request::Parts {
     fn asked(&self) -> Asked<'_> {
-        Asked { method: self.method.as_str(), path: self.uri.path(), query: self.uri.query(), headers: &self.headers }
+        Asked {
+            method: self.method.as_str(),
+            path: self.uri.path(),
+            query: self.uri.query(),
+            headers: &self.headers,
+            tls: self.extensions.get(),
+        }
     }
 }
 
 impl<B> Asks for http::Request<B> {
     fn asked(&self) -> Asked<'_> {
         let uri = self.uri();
-        Asked { method: self.method().as_str(), path: uri.path(), query: uri.query(), headers: self.headers() }
+        Asked {
+            method: self.method().as_str(),
+            path: uri.path(),
+            query: uri.query(),
+            headers: self.headers(),
+            tls: self.extensions().get(),
+        }
     }
 }
 
@@ -519,6 +533,7 @@ impl<'a> Lifecycle<'a> {
             },
             client,
             headers: asked.headers,
+            tls: asked.tls,
             body: None,
         };
         // A body the route keys on must be read as the application will read it: its content

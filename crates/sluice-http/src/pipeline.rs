@@ -576,8 +576,15 @@ limits = [{ policy = "p", key = "ip" }, { policy = "q", key = "ip" }, { policy =
         {
             let ip: IpAddr = ip.parse().unwrap();
             let client = Client { ip, grouped: ip, peer_trusted: false };
-            let facts =
-                RequestFacts { method: "GET", path: "/", route: "/*", client: &client, headers: &headers, body: None };
+            let facts = RequestFacts {
+                method: "GET",
+                path: "/",
+                route: "/*",
+                client: &client,
+                headers: &headers,
+                tls: None,
+                body: None,
+            };
             let checks = l.checks(limits, &facts).unwrap();
             for (check, limit) in checks.checks.iter().zip(limits) {
                 let name = &config.policies[limit.policy].name;

@@ -65,7 +65,8 @@ fn bearer(token: &str) -> http::HeaderMap {
 impl Setup {
     fn key_with(&self, claim: &str, headers: &http::HeaderMap, from: &str) -> Result<(KeyHash, KeyKind), KeyRefusal> {
         let c = client(from);
-        let facts = RequestFacts { method: "GET", path: "/api", route: "api", client: &c, headers, body: None };
+        let facts =
+            RequestFacts { method: "GET", path: "/api", route: "api", client: &c, headers, tls: None, body: None };
         self.keys.key("p", &spec(claim), &facts)
     }
 

@@ -44,7 +44,15 @@ fn ip_key(secret: &str, policy: &str, ip: &str) -> String {
     let ip: IpAddr = ip.parse().unwrap();
     let client = Client { ip, grouped: ip, peer_trusted: false };
     let headers = http::HeaderMap::new();
-    let facts = RequestFacts { method: "GET", path: "/", route: "r", client: &client, headers: &headers, body: None };
+    let facts = RequestFacts {
+        method: "GET",
+        path: "/",
+        route: "r",
+        client: &client,
+        headers: &headers,
+        tls: None,
+        body: None,
+    };
     let spec = KeySpec { parts: vec![vec![KeySource::Ip]] };
     KeyBuilder::new(KeyHasher::from_secret(secret.as_bytes()), None).key(policy, &spec, &facts).unwrap().0.to_hex()
 }

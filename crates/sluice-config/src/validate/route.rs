@@ -66,6 +66,9 @@ pub(super) fn route(
                 KeySource::User if server.user_header.is_none() => {
                     Err(lerr("", format!("key part `{s}` needs `server.user_header`")))
                 }
+                KeySource::Tls(_) if server.tls.as_ref().is_none_or(|t| t.client_ca.is_none()) => {
+                    Err(lerr("", format!("key part `{s}` needs `[server.tls] client_ca` (client certificates)")))
+                }
                 KeySource::Jwt(_) if identity.jwt.is_none() => {
                     Err(lerr("", format!("key part `{s}` needs `[identity.jwt]`")))
                 }

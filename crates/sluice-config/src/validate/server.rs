@@ -112,7 +112,36 @@ pub(super) fn server(
                 pem(&span, field, "key", &pair.key)?;
                 by_name.push(TlsPair { cert: pair.cert.into(), key: pair.key.into() });
             }
-            Some(TlsFiles { cert: t.cert.into(), key: t.key.into(), by_name })
+            if let Some(ca) = &t.client_ca {
+                pem(&tls_span, "server.tls".into(), "client_ca", ca)?;
+            }
+            let client_auth_optional = match (t.client_auth.as_deref(), &t.client_ca) {
+                (None | Some("required"), _) => false,
+                (Some("optional"), Some(_)) => true,
+                (Some("optional"), None) => {
+                    let line = src.field_line(&tls_span, "client_auth");
+                    return Err(src.error(
+                        Some(line),
+                        "server.tls.client_auth",
+                        "applies only with `client_ca` (the certificates a client's must chain to)",
+                    ));
+                }
+                (Some(other), _) => {
+                    let line = src.field_line(&tls_span, "client_auth");
+                    return Err(src.error(
+                        Some(line),
+                        "server.tls.client_auth",
+                        format!("`{other}` is neither `required` nor `optional`"),
+                    ));
+                }
+            };
+            Some(TlsFiles {
+                cert: t.cert.into(),
+                key: t.key.into(),
+                by_name,
+                client_ca: t.client_ca.map(Into::into),
+                client_auth_optional,
+            })
         }
     };
     let http2 = match s.http2 {

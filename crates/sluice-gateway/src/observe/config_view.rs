@@ -49,6 +49,8 @@ pub fn config_json(c: &Config) -> Value {
                     "cert": p.cert.display().to_string(),
                     "key": p.key.display().to_string(),
                 })).collect::<Vec<_>>(),
+                "client_ca": t.client_ca.as_ref().map(|p| p.display().to_string()),
+                "client_auth": if t.client_auth_optional { "optional" } else { "required" },
             })),
             "h2c": s.h2c,
             "tunnel_idle_timeout_ms": s.tunnel_idle_timeout / NANOS_PER_MILLI,

@@ -28,11 +28,11 @@
 //! let client = Client { ip, grouped: ip, peer_trusted: false };
 //! let mut headers = http::HeaderMap::new();
 //! // No token: the key falls back to the address.
-//! let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers: &headers, body: None };
+//! let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers: &headers, tls: None, body: None };
 //! assert_eq!(keys.key("p", &spec, &facts).unwrap().1, "ip");
 //! // A token that does not verify is refused (401), never traded for the address's allowance.
 //! headers.insert("authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ2aWN0aW0ifQ.bm9wZQ".parse().unwrap());
-//! let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers: &headers, body: None };
+//! let facts = RequestFacts { method: "GET", path: "/", route: "/", client: &client, headers: &headers, tls: None, body: None };
 //! assert!(keys.key("p", &spec, &facts).is_err());
 //! ```
 

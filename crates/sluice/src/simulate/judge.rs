@@ -186,7 +186,7 @@ impl Judge for ConfigJudge {
         // As the gateway: routes match, and `path` key parts read, the normalised path; a path
         // upstreams read differently is refused before any route. A log carries one value per
         // header: a keyed header cannot be repeated here.
-        let asked = Asked { method: r.method(), path: r.path(), query: None, headers: &self.map };
+        let asked = Asked { method: r.method(), path: r.path(), query: None, headers: &self.map, tls: None };
         let face = Judged { out: &mut self.out, sent: r.sent, took: r.took, request: PhantomData };
         let lifecycle = Lifecycle::new(&self.limiter, &Unobserved);
         self.judged += 1;
@@ -341,6 +341,13 @@ pub fn warnings(config: &Config, log_headers: &[String]) -> Vec<String> {
                             Some(h) => h.to_ascii_lowercase(),
                             None => continue,
                         },
+                        KeySource::Tls(_) => {
+                            push(format!(
+                                "route {}, policy {policy}: an access log carries no client certificate, so `{source}` is absent for every request",
+                                route.name
+                            ));
+                            continue;
+                        }
                         _ => continue,
                     };
                     if carried(&header) {

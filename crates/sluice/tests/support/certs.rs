@@ -21,26 +21,77 @@ pub fn certificate(dir: &Path, name: &str) -> (String, String) {
 
 /// A self-signed certificate for `host` (and 127.0.0.1), and its key, in `dir`.
 pub fn certificate_for(dir: &Path, name: &str, host: &str) -> (String, String) {
-    let (subject, names) = (format!("/CN={host}"), format!("subjectAltName=DNS:{host},IP:127.0.0.1"));
+    let names = format!("subjectAltName=DNS:{host},IP:127.0.0.1");
+    self_signed(dir, name, &format!("/CN={host}"), Some(&names))
+}
+
+/// A certificate authority (self-signed, P-256) named `name`: its certificate and key.
+pub fn authority(dir: &Path, name: &str) -> (String, String) {
+    self_signed(dir, name, &format!("/CN={name}"), None)
+}
+
+/// A self-signed P-256 certificate of `subject` with the extension `extension`, valid two
+/// days, written to `dir` as `name.crt` and `name.key`.
+fn self_signed(dir: &Path, name: &str, subject: &str, extension: Option<&str>) -> (String, String) {
     let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let (cert_path, key_path) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let mut args = vec!["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    args.extend(["-days", "2", "-subj", subject, "-keyout", key_path, "-out", cert_path]);
+    if let Some(e) = extension {
+        args.extend(["-addext", e]);
+    }
+    let out = run("openssl", &args);
+    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    (cert.display().to_string(), key.display().to_string())
+}
+
+/// A client certificate for `name` signed by `ca` (certificate, key), with `san` as its
+/// subjectAltName (`URI:spiffe://...,DNS:...`), valid for `days` from now (-1: expired
+/// yesterday): its certificate and key.
+pub fn client_certificate(dir: &Path, ca: &(String, String), name: &str, san: &str, days: i32) -> (String, String) {
+    let (cert, key, csr, ext) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.csr")),
+        dir.join(format!("{name}.ext")),
+    );
+    std::fs::write(&ext, format!("subjectAltName={san}\nextendedKeyUsage=clientAuth\n")).unwrap();
+    let subject = format!("/CN={name}");
     let out = run(
         "openssl",
         &[
             "req",
-            "-x509",
             "-newkey",
             "ec",
             "-pkeyopt",
             "ec_paramgen_curve:prime256v1",
             "-nodes",
-            "-days",
-            "2",
             "-subj",
             &subject,
-            "-addext",
-            &names,
             "-keyout",
             key.to_str().unwrap(),
+            "-out",
+            csr.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    let days = days.to_string();
+    let out = run(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            csr.to_str().unwrap(),
+            "-CA",
+            &ca.0,
+            "-CAkey",
+            &ca.1,
+            "-CAcreateserial",
+            "-days",
+            &days,
+            "-extfile",
+            ext.to_str().unwrap(),
             "-out",
             cert.to_str().unwrap(),
         ],
