@@ -405,8 +405,13 @@ pub enum OnDeny {
 /// `[upstream]`
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
-    /// `http://host:port` (no path).
+    /// `http://host:port` or `https://host:port` (no path).
     pub url: String,
+    /// With `https://`: the certificates (PEM) the upstream's must chain to; `None`: the
+    /// system's (`SSL_CERT_FILE`, else Debian's bundle).
+    pub ca: Option<std::path::PathBuf>,
+    /// With `https://`: a client certificate chain and its key (PEM), for an upstream that asks.
+    pub client_cert: Option<TlsPair>,
     /// How long to wait for the upstream's response headers, and then for each next piece of
     /// its response body (an upstream silent that long inside a body has the client cut off).
     pub timeout: Nanos,

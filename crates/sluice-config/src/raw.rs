@@ -82,6 +82,9 @@ pub(crate) struct RawTlsPair {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawUpstream {
     pub url: String,
+    pub ca: Option<String>,
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
     pub timeout_ms: Option<u64>,
 }
 

@@ -64,8 +64,15 @@ impl InForce {
         hasher: KeyHasher,
         observer: &Arc<Observer>,
     ) -> Result<Self, GatewayError> {
-        let upstream =
-            config.upstream.as_ref().map(|u| Upstream::new(&u.url, Duration::from_nanos(u.timeout))).transpose()?;
+        let upstream = config
+            .upstream
+            .as_ref()
+            .map(|u| {
+                Ok::<_, GatewayError>(
+                    Upstream::of_config(u)?.counting_tls_errors(observer.metrics().upstream_tls_errors()),
+                )
+            })
+            .transpose()?;
         let decision_api = config.decision_api.enabled.unwrap_or(config.upstream.is_none());
         let observed = Observed::resolve(observer, &config, store.kind());
         let limiter = Limiter::of_config(&config, store, hasher);

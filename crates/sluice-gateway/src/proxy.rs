@@ -15,13 +15,21 @@ use sluice_http::meter::Metered;
 use sluice_upstream::hop_by_hop::strip_hop_by_hop;
 use sluice_upstream::pool::{ConnPool, SWEEP_EVERY, SendError};
 use sluice_upstream::socket::TcpConnect;
+use sluice_upstream::tls::{AnyConnect, TlsConnect, tls_failure};
 
 use crate::body::{ClientBodyError, ReplayBody};
 use crate::error::GatewayError;
 use crate::respond::{self, Body};
 
-/// A worker thread's connections to one upstream, over TCP, sending replayable request bodies.
-type Pool = ConnPool<TcpConnect, ReplayBody>;
+/// `sluice_upstream_tls_errors_total`'s family.
+pub type TlsErrors = prometheus_client::metrics::family::Family<
+    crate::observe::ReasonLabels,
+    prometheus_client::metrics::counter::Counter,
+>;
+
+/// A worker thread's connections to one upstream, over TCP or TLS, sending replayable request
+/// bodies.
+type Pool = ConnPool<AnyConnect, ReplayBody>;
 
 /// A pooled HTTP/1.1 client for one upstream.
 ///
@@ -37,6 +45,10 @@ pub struct Upstream {
     /// How long to wait for the response headers before answering 504, and the longest a
     /// response body may then wait for its next bytes before the client's connection is cut.
     timeout: Duration,
+    /// How a connection is opened: TCP, or TLS for an `https://` upstream.
+    connect: AnyConnect,
+    /// `sluice_upstream_tls_errors_total`, by reason: connections whose TLS failed.
+    tls_errors: Option<TlsErrors>,
 }
 
 thread_local! {
@@ -74,12 +86,41 @@ impl Upstream {
     /// A client for `url` (`http://host:port`), waiting at most `timeout` for response headers
     /// and, inside a response body, for its next bytes.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, GatewayError> {
+        Self::with_tls(url, timeout, None, None)
+    }
+
+    /// [`Upstream::new`] for the `[upstream]` of a configuration: an `https://` one checked
+    /// against its `ca` (or the system's roots), with its client certificate if it has one.
+    pub fn of_config(u: &sluice_config::Upstream) -> Result<Self, GatewayError> {
+        Self::with_tls(&u.url, Duration::from_nanos(u.timeout), u.ca.as_deref(), u.client_cert.as_ref())
+    }
+
+    fn with_tls(
+        url: &str,
+        timeout: Duration,
+        ca: Option<&std::path::Path>,
+        client_cert: Option<&sluice_config::TlsPair>,
+    ) -> Result<Self, GatewayError> {
         let bad = |reason: String| GatewayError::UpstreamUrl { url: url.to_owned(), reason };
         let uri: Uri = url.parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
         let authority = uri.authority().cloned().ok_or_else(|| bad("it has no host".into()))?;
+        let connect = if uri.scheme_str() == Some("https") {
+            let port = authority.port_u16().unwrap_or(443);
+            let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
+            let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| bad(e.to_string()))?;
+            let config = crate::tls::upstream_client(ca, client_cert).map_err(bad)?;
+            AnyConnect::Tls(TlsConnect::new(format!("{}:{port}", authority.host()), name, config))
+        } else {
+            AnyConnect::Tcp(TcpConnect::new(authority.to_string()))
+        };
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Self { id, authority, timeout })
+        Ok(Self { id, authority, timeout, connect, tls_errors: None })
+    }
+
+    /// Counts the connections whose TLS fails in `family`, by reason.
+    pub fn counting_tls_errors(self, family: TlsErrors) -> Self {
+        Self { tls_errors: Some(family), ..self }
     }
 
     /// This thread's pool for this upstream.
@@ -93,7 +134,7 @@ impl Upstream {
             if pools.len() >= POOLS_PER_THREAD {
                 pools.remove(0);
             }
-            let p = Arc::new(Pool::new(TcpConnect::new(self.authority.to_string()), self.timeout));
+            let p = Arc::new(Pool::new(self.connect.clone(), self.timeout));
             pools.push((self.id, p.clone()));
             p
         })
@@ -140,7 +181,10 @@ impl Upstream {
             }
             Err(e) => match ClientBodyError::cause_of(&e) {
                 Some(cut) => respond::answer(cut.answer()),
-                None => respond::error(502, "bad_gateway", "The upstream service is unavailable."),
+                None => {
+                    self.failed(&e);
+                    respond::error(502, "bad_gateway", "The upstream service is unavailable.")
+                }
             },
         }
     }
@@ -166,6 +210,17 @@ impl Upstream {
         Ok(())
     }
 
+    /// Logs and counts a connection to the upstream that failed in its TLS, saying why (an
+    /// unknown issuer, an expired certificate, another name than the URL's...).
+    fn failed(&self, error: &(dyn std::error::Error + 'static)) {
+        if let Some(reason) = tls_failure(error) {
+            tracing::warn!(target: "sluice::upstream", upstream = %self.authority, reason, error = %error, "upstream TLS failed");
+            if let Some(family) = &self.tls_errors {
+                family.get_or_create(&crate::observe::ReasonLabels { reason }).inc();
+            }
+        }
+    }
+
     /// Sends the admitted WebSocket upgrade `parts` to the upstream, on a connection of its own,
     /// and relays the connection when the upstream switches protocols ([`crate::tunnel`]).
     pub async fn tunnel(
@@ -180,7 +235,7 @@ impl Upstream {
             return e.answer();
         }
         forwarding.apply(&mut parts.headers, client);
-        crate::tunnel::open(self.authority.as_str(), parts, upgrade.0, self.timeout, idle).await
+        crate::tunnel::open(&self.connect, parts, upgrade.0, self.timeout, idle).await
     }
 }
 

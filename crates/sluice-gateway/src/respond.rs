@@ -7,7 +7,7 @@ use serde::Serialize;
 use sluice_http::meter::Metered;
 use sluice_http::response::Answer;
 use sluice_upstream::pool::PooledBody;
-use sluice_upstream::socket::TcpConnect;
+use sluice_upstream::tls::AnyConnect;
 
 use crate::body::ReplayBody;
 use crate::client_slots::Slot;
@@ -15,7 +15,7 @@ use crate::client_slots::Slot;
 /// The body of every response the server sends: its own bytes, or the upstream's stream (which
 /// holds the request's slot in flight until it is dropped, metered when a limit's cost is what
 /// it says).
-pub type Body = Either<Full<Bytes>, Metered<PooledBody<TcpConnect, ReplayBody, Slot>>>;
+pub type Body = Either<Full<Bytes>, Metered<PooledBody<AnyConnect, ReplayBody, Slot>>>;
 
 /// Bytes as a [`Body`].
 pub fn full(bytes: Bytes) -> Body {

@@ -74,6 +74,50 @@ fn client_verifier(
     builder.build().map_err(|e| format!("server.tls.client_ca: {shown}: {e}"))
 }
 
+/// The client configuration for an `https://` upstream: its certificate checked against `ca`
+/// (PEM), or the system's roots (the file `SSL_CERT_FILE` names, else Debian's bundle); the
+/// `client` pair presented when the upstream asks for one.
+pub fn upstream_client(
+    ca: Option<&Path>,
+    client: Option<&sluice_config::TlsPair>,
+) -> Result<rustls::ClientConfig, String> {
+    const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+    let system = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
+    let (path, field) = match ca {
+        Some(ca) => (ca.to_path_buf(), "upstream.ca"),
+        None => (system.unwrap_or_else(|| SYSTEM_BUNDLE.into()), "the system's certificates"),
+    };
+    let shown = path.display();
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(&path).map_err(|e| format!("{field}: {shown}: {e}"))?;
+    // A bundle may hold a certificate webpki cannot use; the others still serve.
+    for cert in certs.flatten() {
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err(format!("{field}: {shown}: no usable PEM certificate in it"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("upstream: {e}"))?
+        .with_root_certificates(roots);
+    match client {
+        None => Ok(builder.with_no_client_auth()),
+        Some(pair) => {
+            let (cert, key) = (pair.cert.display(), pair.key.display());
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pair.cert)
+                .and_then(|i| i.collect())
+                .map_err(|e| format!("upstream.client_cert: {cert}: {e}"))?;
+            let key_der =
+                PrivateKeyDer::from_pem_file(&pair.key).map_err(|e| format!("upstream.client_key: {key}: {e}"))?;
+            builder
+                .with_client_auth_cert(chain, key_der)
+                .map_err(|e| format!("upstream.client_key: {key} does not go with upstream.client_cert {cert}: {e}"))
+        }
+    }
+}
+
 /// What `tls:` key parts read of the certificate the client presented, which the handshake
 /// verified; `None` when it presented none.
 pub fn peer_certificate(conn: &rustls::ServerConnection) -> Option<sluice_http::identity::PeerCertificate> {

@@ -17,6 +17,8 @@ use http_body_util::{BodyExt, Either, Empty, Full, Limited};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use sluice_upstream::hop_by_hop::strip_hop_by_hop;
+use sluice_upstream::socket::Connect;
+use sluice_upstream::tls::AnyConnect;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -43,9 +45,9 @@ impl Tunnel {
 const MAX_REFUSAL_BODY: usize = 64 * 1024;
 
 /// Sends the upgrade request `head` (in origin form, its identity headers already set) to the
-/// upstream at `authority` and relays the connection if it switches protocols.
+/// upstream `connect` opens (TCP or TLS) and relays the connection if it switches protocols.
 pub async fn open(
-    authority: &str,
+    connect: &AnyConnect,
     mut head: http::request::Parts,
     client: OnUpgrade,
     timeout: Duration,
@@ -56,9 +58,8 @@ pub async fn open(
     head.headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     head.version = http::Version::HTTP_11;
     let exchange = async {
-        let tcp = tokio::net::TcpStream::connect(authority).await.ok()?;
-        let _ = tcp.set_nodelay(true);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.ok()?;
+        let socket = connect.connect().await.ok()?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(socket)).await.ok()?;
         tokio::spawn(conn.with_upgrades());
         sender.send_request(Request::from_parts(head, Empty::<Bytes>::new())).await.ok()
     };

@@ -174,6 +174,12 @@ deny_status = 403
 [server]
 key_secret_file = "{key_secret}"
 
+[upstream]
+url = "https://127.0.0.1:9443"
+ca = "{cert}"
+client_cert = "{cert}"
+client_key = "{key}"
+
 [decision_api]
 token_env = "{variable}"
 
@@ -209,6 +215,8 @@ limits = [{{ policy = "in-flight", key = "ip" }}]
 "#,
         key_secret = file("key_secret"),
         jwks = file("jwks.json"),
+        cert = file("cert.pem"),
+        key = file("key.pem"),
     );
     let from_the_environment = format!(
         r#"

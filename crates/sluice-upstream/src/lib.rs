@@ -31,3 +31,4 @@ pub mod h1;
 pub mod hop_by_hop;
 pub mod pool;
 pub mod socket;
+pub mod tls;

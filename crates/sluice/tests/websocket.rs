@@ -7,43 +7,16 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Serve, TempDir};
+use support::{PythonServer, Serve, TempDir};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/websocket.py");
 
-/// The Python echo upstream, killed when dropped.
-struct Echo {
-    child: Child,
-    port: u16,
-}
-
-impl Echo {
-    fn start() -> Self {
-        let mut child = Command::new("python3")
-            .args([SCRIPT, "serve"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("python3 is needed by this test ({e}): apt-get install python3"));
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.trim().parse().unwrap_or_else(|_| panic!("the echo server said {line:?}"));
-        Self { child, port }
-    }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn gateway(dir: &TempDir, echo: &Echo, server: &str, policy: &str) -> Serve {
+fn gateway(dir: &TempDir, echo: &PythonServer, server: &str, policy: &str) -> Serve {
     let config = format!(
         r#"[server]
 listen = "127.0.0.1:0"
@@ -118,7 +91,7 @@ fn addr(s: &Serve) -> SocketAddr {
 
 #[test]
 fn frames_go_both_ways_through_the_gateway() {
-    let (dir, echo) = (TempDir::new("ws-echo"), Echo::start());
+    let (dir, echo) = (TempDir::new("ws-echo"), PythonServer::start("websocket.py", &["serve"]));
     let gw = gateway(&dir, &echo, "", GENEROUS);
     // Twenty messages of up to 19 kB each way, then the close handshake.
     let lines = python_client(&gw, "/ws/chat", 20);
@@ -133,7 +106,7 @@ fn frames_go_both_ways_through_the_gateway() {
 
 #[test]
 fn the_upgrade_is_limited_and_the_tunnel_is_held_as_one_request_in_flight() {
-    let (dir, echo) = (TempDir::new("ws-limits"), Echo::start());
+    let (dir, echo) = (TempDir::new("ws-limits"), PythonServer::start("websocket.py", &["serve"]));
     // At most one request in flight per client: a tunnel holds its slot while it lives.
     let one = "[[policy]]\nname = \"p\"\nalgorithm = \"concurrency\"\nmax_in_flight = 1";
     let gw = gateway(&dir, &echo, "", one);
@@ -173,7 +146,7 @@ fn the_upgrade_is_limited_and_the_tunnel_is_held_as_one_request_in_flight() {
 
 #[test]
 fn closing_either_side_or_going_quiet_closes_the_other() {
-    let (dir, echo) = (TempDir::new("ws-close"), Echo::start());
+    let (dir, echo) = (TempDir::new("ws-close"), PythonServer::start("websocket.py", &["serve"]));
     let gw = gateway(&dir, &echo, "tunnel_idle_timeout = \"1s\"", GENEROUS);
     // The upstream closes after its first echo: the client's connection is closed.
     let (mut s, status) = upgrade(addr(&gw), "/ws/close-after-one");

@@ -1,4 +1,5 @@
-//! `[upstream]`: an `http://host:port` the HTTP client accepts, and its timeout.
+//! `[upstream]`: an `http://host:port` or `https://host:port` the HTTP client accepts, its
+//! certificates, and its timeout.
 
 use crate::error::{ConfigError, Source};
 use crate::model::*;
@@ -10,20 +11,56 @@ pub(super) fn upstream(src: &Source<'_>, raw: toml::Spanned<RawUpstream>) -> Res
     let u = raw.into_inner();
     let err =
         |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("upstream.{field}"), msg);
-    let rest = u.url.strip_prefix("http://").ok_or_else(|| {
-        err("url", format!("`{}` must start with http:// (TLS to the upstream is not supported)", u.url))
-    })?;
+    let (scheme, rest) = match (u.url.strip_prefix("http://"), u.url.strip_prefix("https://")) {
+        (Some(rest), _) => ("http", rest),
+        (_, Some(rest)) => ("https", rest),
+        _ => return Err(err("url", format!("`{}` must start with http:// or https://", u.url))),
+    };
     let authority = rest.trim_end_matches('/');
     if authority.is_empty() || authority.contains('/') || authority.contains('?') {
-        return Err(err("url", format!("`{}` must be `http://host:port` with no path", u.url)));
+        return Err(err("url", format!("`{}` must be `{scheme}://host:port` with no path", u.url)));
     }
+    if scheme == "http" {
+        for (field, given) in
+            [("ca", u.ca.is_some()), ("client_cert", u.client_cert.is_some()), ("client_key", u.client_key.is_some())]
+        {
+            if given {
+                return Err(err(field, "applies only to an `https://` upstream".into()));
+            }
+        }
+    }
+    let pem = |field: &str, path: &str| {
+        let text = std::fs::read(path).map_err(|e| err(field, format!("cannot read {path}: {e}")))?;
+        if !text.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(err(field, format!("{path} holds no PEM section (-----BEGIN ...)")));
+        }
+        Ok(())
+    };
+    if let Some(ca) = &u.ca {
+        pem("ca", ca)?;
+    }
+    let client_cert = match (u.client_cert, u.client_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            pem("client_cert", &cert)?;
+            pem("client_key", &key)?;
+            Some(TlsPair { cert: cert.into(), key: key.into() })
+        }
+        (Some(_), None) => return Err(err("client_cert", "needs `client_key`, its private key".into())),
+        (None, Some(_)) => return Err(err("client_key", "needs `client_cert`, its certificate chain".into())),
+    };
     // What the HTTP client would refuse at start (or on reload) is refused here, with the field.
     check_authority(authority).map_err(|why| err("url", format!("`{}`: {why}", u.url)))?;
     let timeout_ms = u.timeout_ms.unwrap_or(30_000);
     if timeout_ms == 0 {
         return Err(err("timeout_ms", "must be at least 1".into()));
     }
-    Ok(Upstream { url: format!("http://{authority}"), timeout: timeout_ms * 1_000_000 })
+    Ok(Upstream {
+        url: format!("{scheme}://{authority}"),
+        ca: u.ca.map(Into::into),
+        client_cert,
+        timeout: timeout_ms * 1_000_000,
+    })
 }
 
 /// `host`, `host:port`, `[ipv6]` or `[ipv6]:port`, with a hostname or IPv4 address as host.

@@ -69,6 +69,9 @@ pub fn config_json(c: &Config) -> Value {
         "upstream": c.upstream.as_ref().map(|u| json!({
             "url": SecretUrl::new(u.url.clone()).redacted(),
             "timeout_ms": u.timeout / NANOS_PER_MILLI,
+            "ca": u.ca.as_ref().map(|p| p.display().to_string()),
+            "client_cert": u.client_cert.as_ref().map(|p| p.cert.display().to_string()),
+            "client_key": u.client_cert.as_ref().map(|p| p.key.display().to_string()),
         })),
         "policies": c.policies.iter().map(|p| policy_json(&PolicyInfo::of_config(p))).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({

@@ -62,6 +62,13 @@ pub(crate) struct BodyErrorLabels {
     pub reason: &'static str,
 }
 
+/// A counter's reason label (`sluice_upstream_tls_errors_total{reason}`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why.
+    pub reason: &'static str,
+}
+
 /// `sluice_reservations_refused_total`: settlements and refunds refused, by why.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReservationLabels {
@@ -116,6 +123,9 @@ pub struct Metrics {
     pub(crate) shed_per_client: Counter,
     /// `sluice_upgrades_refused_total`: requests asking for a protocol upgrade, answered 501.
     pub(crate) upgrades_refused: Counter,
+    /// `sluice_upstream_tls_errors_total`: connections to an `https://` upstream whose TLS
+    /// failed, by reason.
+    upstream_tls_errors: Family<ReasonLabels, Counter>,
     /// `sluice_request_body_errors_total`: request bodies cut, by reason.
     body_errors: Family<BodyErrorLabels, Counter>,
     /// `sluice_refused_total`: requests refused because readers could disagree on them, by
@@ -156,6 +166,7 @@ impl Metrics {
             shed: Counter::default(),
             shed_per_client: Counter::default(),
             upgrades_refused: Counter::default(),
+            upstream_tls_errors: Family::default(),
             body_errors: Family::default(),
             refused: Family::default(),
             reloads: Family::default(),
@@ -221,8 +232,16 @@ impl Metrics {
         register(
             &mut registry,
             "sluice_upgrades_refused",
-            "Requests answered 501 because they asked to switch protocols (WebSocket), which the gateway does not relay.",
+            "Requests answered 501 because they asked to switch protocols in a way their route does not relay \
+             (a WebSocket is relayed only where the route says upgrades = [\"websocket\"]).",
             m.upgrades_refused.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upstream_tls_errors",
+            "Connections to an https:// upstream whose TLS failed (the request answered 502), by reason: \
+             unknown_issuer, expired, not_valid_for_name, bad_certificate, handshake.",
+            m.upstream_tls_errors.clone(),
         );
         register(
             &mut registry,
@@ -283,6 +302,11 @@ impl Metrics {
     }
 
     /// The counters of request bodies cut, one per reason (created at zero).
+    /// The family of `sluice_upstream_tls_errors_total`, for an upstream to count into.
+    pub(crate) fn upstream_tls_errors(&self) -> Family<ReasonLabels, Counter> {
+        self.upstream_tls_errors.clone()
+    }
+
     pub(crate) fn body_errors(&self) -> BodyErrors {
         BodyErrors(BODY_ERROR_REASONS.map(|reason| self.body_errors.get_or_create_owned(&BodyErrorLabels { reason })))
     }

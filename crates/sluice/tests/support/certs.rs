@@ -49,13 +49,24 @@ fn self_signed(dir: &Path, name: &str, subject: &str, extension: Option<&str>) -
 /// subjectAltName (`URI:spiffe://...,DNS:...`), valid for `days` from now (-1: expired
 /// yesterday): its certificate and key.
 pub fn client_certificate(dir: &Path, ca: &(String, String), name: &str, san: &str, days: i32) -> (String, String) {
+    signed(dir, ca, name, san, days, "clientAuth")
+}
+
+/// A server certificate for `name` signed by `ca`, with `san` as its subjectAltName
+/// (`DNS:localhost`), valid for `days` from now (-1: expired yesterday).
+pub fn server_certificate(dir: &Path, ca: &(String, String), name: &str, san: &str, days: i32) -> (String, String) {
+    signed(dir, ca, name, san, days, "serverAuth")
+}
+
+/// A certificate for `name` signed by `ca`, for `usage` (an extendedKeyUsage).
+fn signed(dir: &Path, ca: &(String, String), name: &str, san: &str, days: i32, usage: &str) -> (String, String) {
     let (cert, key, csr, ext) = (
         dir.join(format!("{name}.crt")),
         dir.join(format!("{name}.key")),
         dir.join(format!("{name}.csr")),
         dir.join(format!("{name}.ext")),
     );
-    std::fs::write(&ext, format!("subjectAltName={san}\nextendedKeyUsage=clientAuth\n")).unwrap();
+    std::fs::write(&ext, format!("subjectAltName={san}\nextendedKeyUsage={usage}\n")).unwrap();
     let subject = format!("/CN={name}");
     let out = run(
         "openssl",

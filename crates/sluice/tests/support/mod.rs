@@ -153,3 +153,35 @@ pub fn refused_config(path: &str) -> String {
     assert!(!out.status.success(), "check-config accepted {path}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// A Python script of `tests/support` serving on a port it prints first, killed when dropped.
+pub struct PythonServer {
+    child: Child,
+    /// The port it printed.
+    pub port: u16,
+}
+
+impl PythonServer {
+    /// Runs `support/{script}` with `args`; fails the test, saying how to install Python, when
+    /// it is missing.
+    pub fn start(script: &str, args: &[&str]) -> Self {
+        let path = format!("{}/tests/support/{script}", env!("CARGO_MANIFEST_DIR"));
+        let mut child = Command::new("python3")
+            .arg(&path)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("python3 is needed by this test ({e}): apt-get install python3"));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| panic!("{script} said {line:?}"));
+        Self { child, port }
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,114 @@
+//! TLS to the upstream (`url = "https://..."`): rustls over the pool's TCP connections, the
+//! upstream's name (SNI and the certificate's check) from its URL, HTTP/1.1 by ALPN.
+
+use std::io;
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::socket::{Connect, Socket, TcpConnect};
+
+impl Socket for TlsStream<TcpStream> {}
+
+/// TLS over [`TcpConnect`]: the handshake checks the upstream's certificate against `config`'s
+/// roots and `name`.
+#[derive(Clone)]
+pub struct TlsConnect {
+    tcp: TcpConnect,
+    connector: TlsConnector,
+    name: ServerName<'static>,
+}
+
+impl std::fmt::Debug for TlsConnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConnect").field("tcp", &self.tcp).field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl TlsConnect {
+    /// Connections to `authority` (`host:port`) in TLS with `config`, checking the certificate
+    /// against `name` (the URL's host). `config`'s ALPN is set to HTTP/1.1.
+    pub fn new(authority: String, name: ServerName<'static>, mut config: rustls::ClientConfig) -> Self {
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Self { tcp: TcpConnect::new(authority), connector: TlsConnector::from(Arc::new(config)), name }
+    }
+}
+
+impl Connect for TlsConnect {
+    type Socket = TlsStream<TcpStream>;
+
+    async fn connect(&self) -> io::Result<TlsStream<TcpStream>> {
+        let tcp = self.tcp.connect().await?;
+        self.connector.connect(self.name.clone(), tcp).await
+    }
+}
+
+/// Either of the two: what a gateway whose upstream is `http://` or `https://` opens.
+#[derive(Debug, Clone)]
+pub enum AnyConnect {
+    /// Plain TCP.
+    Tcp(TcpConnect),
+    /// TLS over TCP.
+    Tls(TlsConnect),
+}
+
+impl Connect for AnyConnect {
+    type Socket = tokio_util::either::Either<TcpStream, TlsStream<TcpStream>>;
+
+    async fn connect(&self) -> io::Result<Self::Socket> {
+        use tokio_util::either::Either;
+        match self {
+            AnyConnect::Tcp(c) => c.connect().await.map(Either::Left),
+            AnyConnect::Tls(c) => c.connect().await.map(Either::Right),
+        }
+    }
+}
+
+impl<A: Socket, B: Socket> Socket for tokio_util::either::Either<A, B> {
+    fn is_stale(&mut self) -> bool {
+        match self {
+            tokio_util::either::Either::Left(a) => a.is_stale(),
+            tokio_util::either::Either::Right(b) => b.is_stale(),
+        }
+    }
+}
+
+/// Why a connection's TLS failed, as metrics and logs name it, when `error` (or what caused it)
+/// is a TLS error: `unknown_issuer`, `expired`, `not_valid_for_name`, `bad_certificate` (any
+/// other certificate error) or `handshake`.
+pub fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(match tls {
+                rustls::Error::InvalidCertificate(c) => match c {
+                    rustls::CertificateError::UnknownIssuer => "unknown_issuer",
+                    rustls::CertificateError::Expired | rustls::CertificateError::ExpiredContext { .. } => "expired",
+                    rustls::CertificateError::NotValidForName
+                    | rustls::CertificateError::NotValidForNameContext { .. } => "not_valid_for_name",
+                    _ => "bad_certificate",
+                },
+                _ => "handshake",
+            });
+        }
+        // The exchange keeps the I/O error it failed on as a value, not as its source (and a
+        // send error is transparent: its source is the exchange's).
+        use crate::h1::connection::ExchangeError;
+        let exchange = match e.downcast_ref::<crate::pool::SendError>() {
+            Some(crate::pool::SendError::Exchange(x)) => Some(x),
+            _ => e.downcast_ref::<ExchangeError>(),
+        };
+        let io = match exchange {
+            Some(ExchangeError::Lost(io) | ExchangeError::Io(io)) => Some(io),
+            _ => e.downcast_ref::<io::Error>(),
+        };
+        if let Some(reason) = io.and_then(|io| io.get_ref()).and_then(|inner| tls_failure(inner)) {
+            return Some(reason);
+        }
+        cause = e.source();
+    }
+    None
+}
