@@ -405,11 +405,19 @@ fn upgrade_asked(headers: &http::HeaderMap) -> Asked {
 /// read the same host whichever version the client spoke. Refused when the request names two
 /// hosts (the target's and another `Host`, or `Host` twice) or user info (`user@host`, which
 /// HTTP/2 forbids in `:authority`).
-fn one_host(uri: &http::Uri, headers: &mut http::HeaderMap) -> Result<(), sluice_http::keys::KeyRefusal> {
+fn one_host<B>(req: &mut Request<B>) -> Result<(), sluice_http::keys::KeyRefusal> {
     let refused = sluice_http::keys::KeyRefusal::Authority;
-    if headers.get_all(http::header::HOST).iter().count() > 1 {
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    if hosts.next().is_some() && hosts.next().is_some() {
         return Err(refused);
     }
+    if req.uri().authority().is_none() {
+        return Ok(()); // origin form, the usual case: nothing to compare
+    }
+    // The target's authority is borrowed from the request while its headers change: a clone of
+    // the URI (reference counts) only on this path.
+    let uri = req.uri().clone();
+    let headers = req.headers_mut();
     let Some(authority) = uri.authority() else { return Ok(()) };
     if authority.as_str().contains('@') {
         return Err(refused);
@@ -462,8 +470,7 @@ impl Handler for Gateway {
                 )));
             }
         }
-        let (uri, headers) = (req.uri().clone(), req.headers_mut());
-        if let Err(refused) = one_host(&uri, headers) {
+        if let Err(refused) = one_host(&mut req) {
             tracing::debug!(target: "sluice::refused", "{refused}");
             let answer = Answer::bad_request(&refused.to_string());
             sluice_http::lifecycle::Observe::refused(&loaded.observed, None, &refused.into());
@@ -585,7 +592,11 @@ mod tests {
                     None => true,
                     Some(a) => !a.contains('@') && lines.first().is_none_or(|l| l.eq_ignore_ascii_case(a.as_bytes())),
                 };
-            let got = one_host(&uri, &mut headers);
+            let mut req = http::Request::new(());
+            *req.uri_mut() = uri.clone();
+            *req.headers_mut() = headers;
+            let got = one_host(&mut req);
+            let headers = req.headers();
             prop_assert_eq!(got.is_ok(), want_ok, "{:?} {:?}", authority, lines);
             if let (Ok(()), Some(a)) = (got, &authority) {
                 let host = headers.get(http::header::HOST).map(|v| v.as_bytes().to_ascii_lowercase());

@@ -11,7 +11,7 @@ use tokio_rustls::client::TlsStream;
 
 use crate::socket::{Connect, Socket, TcpConnect};
 
-impl Socket for TlsStream<TcpStream> {}
+impl Socket for Box<TlsStream<TcpStream>> {}
 
 /// TLS over [`TcpConnect`]: the handshake checks the upstream's certificate against `config`'s
 /// roots and `name`.
@@ -38,11 +38,13 @@ impl TlsConnect {
 }
 
 impl Connect for TlsConnect {
-    type Socket = TlsStream<TcpStream>;
+    /// Boxed: a TLS session is some kilobytes, and a plain TCP connection held beside it in
+    /// [`AnyConnect`]'s socket must not carry that size through every move of a connection.
+    type Socket = Box<TlsStream<TcpStream>>;
 
-    async fn connect(&self) -> io::Result<TlsStream<TcpStream>> {
+    async fn connect(&self) -> io::Result<Box<TlsStream<TcpStream>>> {
         let tcp = self.tcp.connect().await?;
-        self.connector.connect(self.name.clone(), tcp).await
+        self.connector.connect(self.name.clone(), tcp).await.map(Box::new)
     }
 }
 
@@ -56,7 +58,7 @@ pub enum AnyConnect {
 }
 
 impl Connect for AnyConnect {
-    type Socket = tokio_util::either::Either<TcpStream, TlsStream<TcpStream>>;
+    type Socket = tokio_util::either::Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
     async fn connect(&self) -> io::Result<Self::Socket> {
         use tokio_util::either::Either;
