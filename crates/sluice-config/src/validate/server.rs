@@ -94,12 +94,7 @@ pub(super) fn server(
             let tls_span = t.span();
             let t = t.into_inner();
             let pem = |span: &std::ops::Range<usize>, field: String, key: &str, path: &str| {
-                let err = |msg: String| src.error(Some(src.field_line(span, key)), format!("{field}.{key}"), msg);
-                let text = std::fs::read(path).map_err(|e| err(format!("cannot read {path}: {e}")))?;
-                if !text.windows(11).any(|w| w == b"-----BEGIN ") {
-                    return Err(err(format!("{path} holds no PEM section (-----BEGIN ...)")));
-                }
-                Ok(())
+                pem_file(path).map_err(|msg| src.error(Some(src.field_line(span, key)), format!("{field}.{key}"), msg))
             };
             pem(&tls_span, "server.tls".into(), "cert", &t.cert)?;
             pem(&tls_span, "server.tls".into(), "key", &t.key)?;
@@ -216,4 +211,14 @@ pub(super) fn server(
 /// 64 nor above `max_in_flight` (see [`Server::max_in_flight_per_client`]).
 fn default_in_flight_per_client(max_in_flight: usize) -> usize {
     (max_in_flight / 10).max(max_in_flight.min(64))
+}
+
+/// Checks that `path` can be read and holds a PEM section (`-----BEGIN ...`); or says why not.
+/// What it holds is read by the TLS code, which names the file again if it cannot use it.
+pub(super) fn pem_file(path: &str) -> Result<(), String> {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    if !text.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(format!("{path} holds no PEM section (-----BEGIN ...)"));
+    }
+    Ok(())
 }

@@ -29,13 +29,7 @@ pub(super) fn upstream(src: &Source<'_>, raw: toml::Spanned<RawUpstream>) -> Res
             }
         }
     }
-    let pem = |field: &str, path: &str| {
-        let text = std::fs::read(path).map_err(|e| err(field, format!("cannot read {path}: {e}")))?;
-        if !text.windows(11).any(|w| w == b"-----BEGIN ") {
-            return Err(err(field, format!("{path} holds no PEM section (-----BEGIN ...)")));
-        }
-        Ok(())
-    };
+    let pem = |field: &str, path: &str| super::server::pem_file(path).map_err(|m| err(field, m));
     if let Some(ca) = &u.ca {
         pem("ca", ca)?;
     }
