@@ -1,7 +1,8 @@
 //! `[server.tls]` through the binary: a certificate made by openssl, asked by curl over
 //! HTTPS; a plaintext request to the TLS port is answered, not left hanging; the certificate
 //! reloaded on SIGHUP and when its files change, a pair that does not load leaving the old one
-//! serving; `check-config` names a key that does not go with its certificate, and a file that
+//! serving; reloads under an h2load load (HTTP/2 and HTTP/1.1) failing no request and keeping a
+//! connection opened before them; `check-config` names a key that does not go with its certificate, and a file that
 //! is not there.
 
 mod support;
@@ -136,6 +137,85 @@ fn the_certificate_is_reloaded_on_sighup_and_when_its_files_change() {
         trusted(gw.port, &third.0)
     });
     assert!(watched, "the certificate changed on disk was not picked up");
+}
+
+/// h2load's request counts: `(succeeded, failed, errored)`, and its responses by class.
+fn h2load_counts(out: &str) -> ((u64, u64, u64), [u64; 4]) {
+    let number_before = |line: &str, word: &str| -> u64 {
+        let at = line.find(word).unwrap_or_else(|| panic!("no '{word}' in {line}"));
+        line[..at].trim_end().rsplit([' ', ',']).next().unwrap().parse().unwrap()
+    };
+    let line = |start: &str| out.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{out}"));
+    let requests = line("requests:");
+    let codes = line("status codes:");
+    (
+        (
+            number_before(requests, " succeeded"),
+            number_before(requests, " failed"),
+            number_before(requests, " errored"),
+        ),
+        [" 2xx", " 3xx", " 4xx", " 5xx"].map(|c| number_before(codes, c)),
+    )
+}
+
+#[test]
+fn certificates_reloaded_under_load_fail_no_request_and_keep_open_connections() {
+    let dir = TempDir::new("tls-reload-load");
+    let served = certificate(dir.dir(), "served");
+    let (first, second) = (certificate(dir.dir(), "one"), certificate(dir.dir(), "two"));
+    put(&first, &served);
+    let open = config(&served.0, &served.1).replace("limit = 2\n", "limit = 100000000\n");
+    let gw = Serve::gateway(&dir.write("gateway.toml", &open));
+    let url = format!("https://127.0.0.1:{}/api/items", gw.port);
+    for (protocol, flags, curl_flag) in
+        [("HTTP/2", &["-m", "4"][..], "--http2"), ("HTTP/1.1", &["--h1"][..], "--http1.1")]
+    {
+        // Eight h2load connections for four seconds, through which the certificate changes
+        // six times (SIGHUP), the two pairs alternating.
+        let mut args = vec!["-D", "4", "-c", "8", "-t", "1"];
+        args.extend_from_slice(flags);
+        args.push(&url);
+        let load = Command::new("h2load")
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("h2load is needed by this test ({e}): apt-get install nghttp2-client"));
+        // Beside the load, one curl asks twelve times, four a second, over one connection.
+        let kept = Command::new("curl")
+            .args(["-s", "-k", "--rate", "4/s", "-w", "%{http_code} %{num_connects}\n", curl_flag])
+            .args((0..12).flat_map(|_| ["-o", "/dev/null", url.as_str()]))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        for round in 0..6 {
+            std::thread::sleep(Duration::from_millis(500));
+            put(if round % 2 == 0 { &second } else { &first }, &served);
+            let hup = Command::new("kill").args(["-HUP", &gw.pid().to_string()]).status().unwrap();
+            assert!(hup.success());
+        }
+        let out = load.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let ((succeeded, failed, errored), classes) = h2load_counts(&text);
+        assert!(succeeded > 100, "{protocol}: too few requests to say anything: {text}");
+        assert_eq!((failed, errored), (0, 0), "{protocol}: requests failed while certificates were reloaded: {text}");
+        assert_eq!(classes, [succeeded, 0, 0, 0], "{protocol}: {text}");
+        // One connection opened before the reloads served every request after them.
+        let kept = String::from_utf8_lossy(&kept.wait_with_output().unwrap().stdout).into_owned();
+        let answers: Vec<&str> = kept.lines().collect();
+        assert_eq!(answers.len(), 12, "{protocol}: {kept}");
+        assert!(answers.iter().all(|a| a.starts_with("200 ")), "{protocol}: {kept}");
+        let connects: u32 = answers.iter().map(|a| a[4..].trim().parse::<u32>().unwrap()).sum();
+        assert_eq!(connects, 1, "{protocol}: the connection was not kept across reloads: {kept}");
+        // And the reloads took: the last certificate put in place (the first pair) serves.
+        assert!(
+            (0..50).any(|_| {
+                std::thread::sleep(Duration::from_millis(100));
+                trusted(gw.port, &first.0)
+            }),
+            "{protocol}: the reloaded certificate"
+        );
+    }
 }
 
 /// The subject of the certificate the gateway on `port` shows a client asking for `name`
