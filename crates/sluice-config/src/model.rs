@@ -412,6 +412,9 @@ pub struct Upstream {
     pub ca: Option<std::path::PathBuf>,
     /// With `https://`: a client certificate chain and its key (PEM), for an upstream that asks.
     pub client_cert: Option<TlsPair>,
+    /// Speak HTTP/2 to it: every request of a worker thread a stream on one connection (ALPN
+    /// `h2` on `https://`, prior knowledge on `http://`); `false`: HTTP/1.1, pooled.
+    pub http2: bool,
     /// How long to wait for the upstream's response headers, and then for each next piece of
     /// its response body (an upstream silent that long inside a body has the client cut off).
     pub timeout: Nanos,

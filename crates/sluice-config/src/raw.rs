@@ -85,6 +85,7 @@ pub(crate) struct RawUpstream {
     pub ca: Option<String>,
     pub client_cert: Option<String>,
     pub client_key: Option<String>,
+    pub http2: Option<bool>,
     pub timeout_ms: Option<u64>,
 }
 

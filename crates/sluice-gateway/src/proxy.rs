@@ -45,8 +45,13 @@ pub struct Upstream {
     /// How long to wait for the response headers before answering 504, and the longest a
     /// response body may then wait for its next bytes before the client's connection is cut.
     timeout: Duration,
-    /// How a connection is opened: TCP, or TLS for an `https://` upstream.
+    /// How a connection is opened: TCP, or TLS for an `https://` upstream (asking for HTTP/1.1:
+    /// the connector of WebSocket tunnels, and of the pools unless `http2`).
     connect: AnyConnect,
+    /// `https` or `http`: the `:scheme` of a request sent in HTTP/2.
+    scheme: http::uri::Scheme,
+    /// Requests go in HTTP/2, as streams of one connection per worker thread.
+    http2: bool,
     /// `sluice_upstream_tls_errors_total`, by reason: connections whose TLS failed.
     tls_errors: Option<TlsErrors>,
 }
@@ -89,10 +94,17 @@ impl Upstream {
         Self::with_tls(url, timeout, None, None)
     }
 
+    /// The same upstream spoken to in HTTP/2 (`[upstream] http2 = true`).
+    pub fn speaking_http2(self) -> Self {
+        Self { http2: true, ..self }
+    }
+
     /// [`Upstream::new`] for the `[upstream]` of a configuration: an `https://` one checked
     /// against its `ca` (or the system's roots), with its client certificate if it has one.
     pub fn of_config(u: &sluice_config::Upstream) -> Result<Self, GatewayError> {
-        Self::with_tls(&u.url, Duration::from_nanos(u.timeout), u.ca.as_deref(), u.client_cert.as_ref())
+        let upstream =
+            Self::with_tls(&u.url, Duration::from_nanos(u.timeout), u.ca.as_deref(), u.client_cert.as_ref())?;
+        Ok(if u.http2 { upstream.speaking_http2() } else { upstream })
     }
 
     fn with_tls(
@@ -104,7 +116,8 @@ impl Upstream {
         let bad = |reason: String| GatewayError::UpstreamUrl { url: url.to_owned(), reason };
         let uri: Uri = url.parse().map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
         let authority = uri.authority().cloned().ok_or_else(|| bad("it has no host".into()))?;
-        let connect = if uri.scheme_str() == Some("https") {
+        let scheme = uri.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP);
+        let connect = if scheme == http::uri::Scheme::HTTPS {
             let port = authority.port_u16().unwrap_or(443);
             let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
             let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| bad(e.to_string()))?;
@@ -115,7 +128,7 @@ impl Upstream {
         };
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Self { id, authority, timeout, connect, tls_errors: None })
+        Ok(Self { id, authority, timeout, connect, scheme, http2: false, tls_errors: None })
     }
 
     /// Counts the connections whose TLS fails in `family`, by reason.
@@ -134,7 +147,8 @@ impl Upstream {
             if pools.len() >= POOLS_PER_THREAD {
                 pools.remove(0);
             }
-            let p = Arc::new(Pool::new(self.connect.clone(), self.timeout));
+            let connect = if self.http2 { self.connect.http2() } else { self.connect.clone() };
+            let p = Arc::new(Pool::new(connect, self.timeout));
             pools.push((self.id, p.clone()));
             p
         })
@@ -149,21 +163,28 @@ impl Upstream {
         if let Err(e) = self.addressed(&mut parts) {
             return e.answer();
         }
-        parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
-        // A body of unknown length goes on chunked, whatever the method: hyper's client would
-        // otherwise send a GET's body as none, and the upstream would act on another request
-        // than the one that was limited.
-        if !http_body::Body::is_end_stream(&body) && http_body::Body::size_hint(&body).exact().is_none() {
-            parts.headers.remove(header::CONTENT_LENGTH);
-            parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-        }
         forwarding.apply(&mut parts.headers, client);
-        // A request without a body goes on the proxy's own connections (see `sluice_upstream::h1`), whose
-        // response heads come without their hop-by-hop fields.
-        let sent = if http_body::Body::is_end_stream(&body) {
+        let sent = if self.http2 {
+            // Every request goes as a stream; its body, of any length, in DATA frames.
+            if let Err(e) = self.in_absolute_form(&mut parts) {
+                return e.answer();
+            }
+            self.pool().send_multiplexed(Request::from_parts(parts, body), self.timeout).await
+        } else if http_body::Body::is_end_stream(&body) {
+            parts.version = http::Version::HTTP_11;
+            // A request without a body goes on the proxy's own connections (see
+            // `sluice_upstream::h1`), whose response heads come without their hop-by-hop fields.
             self.pool().send_bodiless(&parts, self.timeout).await
         } else {
+            parts.version = http::Version::HTTP_11;
+            // A body of unknown length goes on chunked, whatever the method: hyper's client would
+            // otherwise send a GET's body as none, and the upstream would act on another request
+            // than the one that was limited.
+            if http_body::Body::size_hint(&body).exact().is_none() {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+            }
             self.pool().send(Request::from_parts(parts, body), self.timeout).await.map(|mut res| {
                 strip_hop_by_hop(res.headers_mut());
                 res
@@ -207,6 +228,23 @@ impl Upstream {
         {
             parts.headers.insert(header::HOST, host);
         }
+        Ok(())
+    }
+
+    /// `parts` (addressed) as HTTP/2 sends them: the target in absolute form, this upstream's
+    /// scheme and the request's `Host` as `:scheme` and `:authority`, and no `Host` field beside
+    /// them (HTTP/2 readers take `:authority`; two places for one value is one too many).
+    fn in_absolute_form(&self, parts: &mut http::request::Parts) -> Result<(), Unforwardable> {
+        let authority = match parts.headers.remove(header::HOST) {
+            Some(host) => http::uri::Authority::try_from(host.as_bytes()).map_err(|_| Unforwardable)?,
+            None => self.authority.clone(),
+        };
+        let mut absolute = http::uri::Parts::default();
+        absolute.scheme = Some(self.scheme.clone());
+        absolute.authority = Some(authority);
+        absolute.path_and_query = parts.uri.path_and_query().cloned();
+        parts.uri = Uri::from_parts(absolute).map_err(|_| Unforwardable)?;
+        parts.version = http::Version::HTTP_2;
         Ok(())
     }
 

@@ -179,6 +179,7 @@ url = "https://127.0.0.1:9443"
 ca = "{cert}"
 client_cert = "{cert}"
 client_key = "{key}"
+http2 = true
 
 [decision_api]
 token_env = "{variable}"

@@ -1,11 +1,13 @@
 //! # sluice-upstream
 //!
-//! sluice's HTTP/1.1 client to its upstream, over any async socket:
+//! sluice's client to its upstream (HTTP/1.1, or HTTP/2), over any async socket:
 //! - [`h1`]: the proxy's own exchange for requests without a body — the request head written,
 //!   the response head parsed and its framing checked once, the body decoded with bounds;
 //! - [`pool`]: a worker thread's connections to one upstream, response bodies that give their
 //!   connection back at their end (and fail when the upstream stalls inside them); requests with
 //!   a body go through hyper's client, on connections of the same pool;
+//! - [`multiplexed`]: HTTP/2 instead, every request of a worker thread a stream of one
+//!   connection;
 //! - [`hop_by_hop`]: the fields a proxy never passes on, one definition for requests and
 //!   responses;
 //! - [`socket`]: what a connection runs over ([`socket::Socket`]: TCP, or a scripted stream in
@@ -29,6 +31,7 @@
 pub mod deadline;
 pub mod h1;
 pub mod hop_by_hop;
+pub mod multiplexed;
 pub mod pool;
 pub mod socket;
 pub mod tls;

@@ -1,4 +1,5 @@
-//! HTTP/1.1 connections to one upstream, kept by the worker thread that opened them.
+//! Connections to one upstream, kept by the worker thread that opened them: HTTP/1.1 ones
+//! here, and the one HTTP/2 connection of [`crate::multiplexed`].
 //!
 //! A gateway worker is a single-threaded runtime: a connection it opens is registered with that
 //! runtime, so the connections are its own and a pool needs no key, no checkout future and no
@@ -93,20 +94,29 @@ struct RawConn<S> {
 #[derive(Debug)]
 pub struct ConnPool<C: Connect, B> {
     /// Opens new connections to the upstream.
-    connector: C,
+    pub(crate) connector: C,
     /// The longest a response body may wait for its next bytes.
     body_idle: Duration,
     /// hyper's connections ready for a request (with a body), most recently used last.
     idle: Mutex<Vec<Conn<B>>>,
     /// The proxy's own connections ready for a request without a body, most recently used last.
     raw_idle: Mutex<Vec<RawConn<C::Socket>>>,
+    /// The HTTP/2 connection every request of this thread goes on, when the upstream is spoken
+    /// to in HTTP/2 ([`crate::multiplexed`]).
+    pub(crate) multiplexed: crate::multiplexed::Shared<B>,
 }
 
 impl<C: Connect, B: RequestBody> ConnPool<C, B> {
     /// No connections yet; they are opened by `connector`, and their response bodies fail after
     /// `body_idle` without a byte.
     pub fn new(connector: C, body_idle: Duration) -> Self {
-        Self { connector, body_idle, idle: Mutex::new(Vec::new()), raw_idle: Mutex::new(Vec::new()) }
+        Self {
+            connector,
+            body_idle,
+            idle: Mutex::new(Vec::new()),
+            raw_idle: Mutex::new(Vec::new()),
+            multiplexed: Default::default(),
+        }
     }
 
     /// Sends the request `parts` describe, which has no body, on one of the proxy's own
@@ -277,6 +287,12 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         }
         Response::from_parts(parts, pooled)
     }
+
+    /// A response streamed on an HTTP/2 connection: its body's waits are timed on `sleep`.
+    pub(crate) fn streamed<H>(&self, res: Response<Incoming>, sleep: Pin<Box<Sleep>>) -> Response<PooledBody<C, B, H>> {
+        let (parts, body) = res.into_parts();
+        Response::from_parts(parts, PooledBody::new(Inner::Stream { body, sleep, idle: self.body_idle }))
+    }
 }
 
 /// A response body from a pooled connection: the connection goes back to its pool at the end.
@@ -298,7 +314,7 @@ pub struct PooledBody<C: Connect, B, H = ()> {
 /// A connection `K` and the pool it goes back to, while a body reads from it.
 type Back<C, B, K> = Option<(Arc<ConnPool<C, B>>, K)>;
 
-/// The two kinds of connection a body is read from.
+/// The kinds of connection a body is read from.
 #[derive(Debug)]
 enum Inner<C: Connect, B> {
     /// hyper's: its task reads the body.
@@ -316,6 +332,15 @@ enum Inner<C: Connect, B> {
         decoder: Decoder,
         /// Whether the response allows the connection another exchange.
         reusable: bool,
+    },
+    /// A stream of an HTTP/2 connection, which stays with the pool whatever the body does.
+    Stream {
+        /// The upstream's body, streamed.
+        body: Incoming,
+        /// Times the waits for the body's next bytes.
+        sleep: Pin<Box<Sleep>>,
+        /// The longest such wait.
+        idle: Duration,
     },
 }
 
@@ -350,6 +375,7 @@ impl<C: Connect, B, H> PooledBody<C, B, H> {
                     pool.checkin_raw(raw);
                 }
             }
+            Inner::Stream { .. } => {}
         }
     }
 }
@@ -399,6 +425,14 @@ impl<C: Connect, B: RequestBody, H> Body for PooledBody<C, B, H> {
                 }
                 polled.map_err(Into::into)
             }
+            Inner::Stream { body, sleep, idle } => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                if polled.is_pending() && stalled(sleep, &mut this.waiting, *idle, cx) {
+                    this.stalled = true;
+                    return Poll::Ready(Some(Err(BodyStalled(*idle).into())));
+                }
+                polled.map_err(Into::into)
+            }
             Inner::Raw { back, decoder, .. } => {
                 let Some((pool, raw)) = back.as_mut() else { return Poll::Ready(None) };
                 match raw.conn.poll_body(decoder, cx) {
@@ -439,14 +473,14 @@ impl<C: Connect, B: RequestBody, H> Body for PooledBody<C, B, H> {
     fn is_end_stream(&self) -> bool {
         self.stalled
             || match &self.inner {
-                Inner::Hyper { body, .. } => body.is_end_stream(),
+                Inner::Hyper { body, .. } | Inner::Stream { body, .. } => body.is_end_stream(),
                 Inner::Raw { back, decoder, .. } => back.is_none() || decoder.is_done(),
             }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
-            Inner::Hyper { body, .. } => body.size_hint(),
+            Inner::Hyper { body, .. } | Inner::Stream { body, .. } => body.size_hint(),
             Inner::Raw { decoder, .. } => decoder.exact_left().map_or_else(SizeHint::new, SizeHint::with_exact),
         }
     }

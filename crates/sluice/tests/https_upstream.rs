@@ -2,7 +2,8 @@
 //! certificates made by openssl behind the gateway. Its certificate checked against `ca`:
 //! requests are proxied and limited; an unknown authority, an expired certificate or another
 //! name than the URL's is a 502 counted in `sluice_upstream_tls_errors_total{reason}`; an
-//! upstream that asks for a client certificate gets `client_cert`.
+//! upstream that asks for a client certificate gets `client_cert`; one asked for HTTP/2 that
+//! does not agree to it by ALPN is a 502 counted as `no_http2`.
 
 mod support;
 
@@ -135,4 +136,20 @@ fn check_config_names_what_an_https_upstream_needs() {
         let err = support::refused_config(&dir.write("gateway.toml", &config));
         assert!(err.contains(field) && err.contains(says), "{config}: {err}");
     }
+}
+
+#[test]
+fn an_upstream_asked_for_http2_that_does_not_agree_is_a_502_counted() {
+    let dir = TempDir::new("https-upstream-no-h2");
+    let ca = authority(dir.dir(), "upstream-ca");
+    let cert = server_certificate(dir.dir(), &ca, "localhost", "DNS:localhost", 2);
+    // Python's server offers no ALPN protocol: HTTP/1.1 only.
+    let up = upstream(&cert, None);
+    let url = format!("https://localhost:{}", up.port);
+    let (gw, admin) = gateway(&dir, &url, &format!("ca = \"{}\"\nhttp2 = true", ca.0));
+    assert_eq!(send(addr(&gw), &request("GET", "/api/items", &[], b"")).status, 502);
+    assert_eq!(tls_errors(admin, "no_http2"), 1.0);
+    // The same upstream in HTTP/1.1 is served.
+    let (gw, _) = gateway(&dir, &url, &format!("ca = \"{}\"", ca.0));
+    assert_eq!(send(addr(&gw), &request("GET", "/api/items", &[], b"")).status, 200);
 }

@@ -7,7 +7,7 @@ mod redis_support;
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 #[cfg(feature = "external-programs")]
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "external-programs")]
 use redis_support::RedisServer;
-use support::TempDir;
+use support::{TempDir, free_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
@@ -32,10 +32,6 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Starts `sluice serve --config` with a Redis store and waits until it accepts connections.

@@ -11,14 +11,10 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
 use ops_support::{Running, Scraped};
-use support::{SLUICE, TempDir};
+use support::{SLUICE, TempDir, free_port};
 
 const LIMITS: &str =
     "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn config(dir: &TempDir, port: u16) -> String {
     std::fs::create_dir_all(dir.dir().join("ratelimit")).unwrap();

@@ -1,5 +1,5 @@
 //! `[upstream]`: an `http://host:port` or `https://host:port` the HTTP client accepts, its
-//! certificates, and its timeout.
+//! certificates, its protocol and its timeout.
 
 use crate::error::{ConfigError, Source};
 use crate::model::*;
@@ -53,6 +53,7 @@ pub(super) fn upstream(src: &Source<'_>, raw: toml::Spanned<RawUpstream>) -> Res
         url: format!("{scheme}://{authority}"),
         ca: u.ca.map(Into::into),
         client_cert,
+        http2: u.http2.unwrap_or(false),
         timeout: timeout_ms * 1_000_000,
     })
 }

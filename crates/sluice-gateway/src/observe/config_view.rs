@@ -72,6 +72,7 @@ pub fn config_json(c: &Config) -> Value {
             "ca": u.ca.as_ref().map(|p| p.display().to_string()),
             "client_cert": u.client_cert.as_ref().map(|p| p.cert.display().to_string()),
             "client_key": u.client_cert.as_ref().map(|p| p.key.display().to_string()),
+            "http2": u.http2,
         })),
         "policies": c.policies.iter().map(|p| policy_json(&PolicyInfo::of_config(p))).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({

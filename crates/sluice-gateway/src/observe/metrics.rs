@@ -240,7 +240,7 @@ impl Metrics {
             &mut registry,
             "sluice_upstream_tls_errors",
             "Connections to an https:// upstream whose TLS failed (the request answered 502), by reason: \
-             unknown_issuer, expired, not_valid_for_name, bad_certificate, handshake.",
+             unknown_issuer, expired, not_valid_for_name, bad_certificate, no_http2, handshake.",
             m.upstream_tls_errors.clone(),
         );
         register(

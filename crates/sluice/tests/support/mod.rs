@@ -16,6 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The binary under test.
 pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
+/// A TCP port free on 127.0.0.1 a moment ago, for a program that cannot be told to pick one.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// A fresh temporary directory, removed when dropped.
 pub struct TempDir(PathBuf);
 
