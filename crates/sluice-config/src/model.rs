@@ -37,6 +37,47 @@ pub struct Config {
     pub identity: Identity,
     /// Decisions asked by proxies before they forward (`[forward_auth]`), if configured.
     pub forward_auth: Option<ForwardAuth>,
+    /// One line per request the gateway answers (`[access_log]`), if configured.
+    pub access_log: Option<AccessLog>,
+}
+
+/// `[access_log]`: one line per request, written when its response has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLog {
+    /// Where the lines go.
+    pub to: LogDestination,
+    /// How each line is written.
+    pub format: AccessLogFormat,
+    /// How the client is written.
+    pub client: ClientInLog,
+}
+
+/// Where an access log is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogDestination {
+    /// Standard output (`path = "-"`).
+    Stdout,
+    /// A file, appended to; reopened on SIGUSR1 (after logrotate has moved it).
+    File(std::path::PathBuf),
+}
+
+/// `access_log.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// nginx's `combined`, the client's `X-Forwarded-For` as the last quoted field, then
+    /// `key=value` tokens (what sluice adds).
+    Combined,
+    /// One JSON object per line, nginx's variable names where nginx has one.
+    Json,
+}
+
+/// `access_log.client`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientInLog {
+    /// The addresses: the peer, the forwarding header as it came, the client sluice resolved.
+    Address,
+    /// No address at all: the client's key hash (as decision lines write it) in their place.
+    Hash,
 }
 
 /// `[identity]`: identities sluice verifies itself.

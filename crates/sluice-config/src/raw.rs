@@ -21,6 +21,15 @@ pub(crate) struct RawConfig {
     pub rls: Option<Spanned<RawRls>>,
     pub identity: Option<Spanned<RawIdentity>>,
     pub forward_auth: Option<Spanned<RawForwardAuth>>,
+    pub access_log: Option<Spanned<RawAccessLog>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccessLog {
+    pub path: String,
+    pub format: Option<String>,
+    pub client: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -30,6 +30,14 @@ pub enum GatewayError {
         /// Why, naming the directory.
         reason: String,
     },
+    /// `[access_log] path` cannot be opened for appending.
+    #[error("access_log.path `{}`: cannot be opened ({reason})", path.display())]
+    AccessLog {
+        /// The file as configured.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A setting that only a restart can change was changed in a reload.
     #[error("{0} cannot change on reload: restart to change it")]
     NeedsRestart(&'static str),

@@ -20,6 +20,7 @@ use sluice_http::pipeline::{Limiter, Ruling};
 use sluice_http::response::Answer;
 use sluice_store::{KeyHasher, Store};
 
+use crate::access_log::{AccessLog, Ending, Entry, LoggedClient, Noted, Outcome, Watching};
 use crate::body::{BodyWatch, ClientBodyError, ReplayBody, read_prefix};
 use crate::client_slots::ClientSlots;
 use crate::decision_api;
@@ -27,6 +28,7 @@ use crate::error::GatewayError;
 use crate::forward_auth;
 use crate::observe::{Observed, Observer};
 use crate::proxy::{Forwarding, Upstream};
+use crate::request_id::{self, RequestId};
 use crate::reservations::Reservations;
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
@@ -53,6 +55,8 @@ pub struct InForce {
     reservations: Reservations,
     /// Metric handles and decision log policy resolved for this configuration.
     pub observed: Observed,
+    /// Where each request's line goes (`[access_log]`); `None`: no access log.
+    access_log: Option<Arc<AccessLog>>,
 }
 
 impl InForce {
@@ -100,7 +104,36 @@ impl InForce {
         let body_watch = BodyWatch::new(Duration::from_nanos(s.body_idle_timeout), Arc::clone(observed.body_errors()));
         forward_auth::warn_undecidable(&config);
         let reservations = Reservations::new(decision_api::MAX_RESERVATIONS, decision_api::RESERVATION_TTL);
-        Ok(Self { limiter, upstream, forwarding, body_reads, body_watch, decision_api, reservations, config, observed })
+        let access_log = config
+            .access_log
+            .as_ref()
+            .map(|a| {
+                AccessLog::open(a).map(Arc::new).map_err(|e| GatewayError::AccessLog {
+                    path: match &a.to {
+                        sluice_config::LogDestination::File(p) => p.clone(),
+                        sluice_config::LogDestination::Stdout => "-".into(),
+                    },
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            limiter,
+            upstream,
+            forwarding,
+            body_reads,
+            body_watch,
+            decision_api,
+            reservations,
+            config,
+            observed,
+            access_log,
+        })
+    }
+
+    /// The access log, if there is one (SIGUSR1 reopens its file).
+    pub fn access_log(&self) -> Option<&Arc<AccessLog>> {
+        self.access_log.as_ref()
     }
 
     /// The store in use.
@@ -218,6 +251,7 @@ impl Gateway {
         peer: SocketAddr,
         client: Client,
         req: Request<Incoming>,
+        watching: &Watching<'_>,
     ) -> Result<Response<Body>, Dropped> {
         if loaded.decision_api && decision_api::PATHS.contains(&req.uri().path()) {
             if req.method() != Method::POST {
@@ -238,8 +272,8 @@ impl Gateway {
         let (head, body) = req.into_parts();
         // Every body is cut when it stalls, read for keys or streamed upstream.
         let mut body = Some(ReplayBody::untouched(loaded.body_watch.watch(body)));
-        let face = Proxied { loaded, client: &client, body: &mut body };
-        Lifecycle::new(&loaded.limiter, &loaded.observed).routed(&loaded.config.routes, &client, head, face).await
+        let face = Proxied { loaded, client: &client, body: &mut body, noted: watching.noted };
+        Lifecycle::new(&loaded.limiter, watching).routed(&loaded.config.routes, &client, head, face).await
     }
 }
 
@@ -256,6 +290,19 @@ struct Proxied<'l> {
     /// while it is being read. Borrowed from [`Gateway::route`]'s future rather than held: the
     /// face is moved at each step of the lifecycle, and the body is over 200 bytes.
     body: &'l mut Option<ReplayBody>,
+    /// Where the upstream and its latency are noted for the access log, when there is one.
+    noted: Option<&'l std::sync::Mutex<Noted>>,
+}
+
+impl Proxied<'_> {
+    /// `req` forwarded to `up`, its latency noted for the access log.
+    async fn forward(&self, up: &Upstream, req: Request<ReplayBody>) -> Response<Body> {
+        let Some(noted) = self.noted else { return up.forward(req, self.client, &self.loaded.forwarding).await };
+        let asked = std::time::Instant::now();
+        let res = up.forward(req, self.client, &self.loaded.forwarding).await;
+        noted.lock().unwrap_or_else(|p| p.into_inner()).upstream = Some((up.authority().to_string(), asked.elapsed()));
+        res
+    }
 }
 
 impl Face for Proxied<'_> {
@@ -297,9 +344,7 @@ impl Face for Proxied<'_> {
             return Ok(up.tunnel(head, upgrade, self.client, &loaded.forwarding, idle).await);
         }
         Ok(match (&loaded.upstream, self.body.take()) {
-            (Some(up), Some(body)) => {
-                up.forward(Request::from_parts(head, body), self.client, &loaded.forwarding).await
-            }
+            (Some(up), Some(body)) => self.forward(up, Request::from_parts(head, body)).await,
             (Some(_), None) => respond::answer(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
             (None, _) => respond::json(200, &respond::Allowed { status: "allowed", route: at.name() }),
         })
@@ -316,9 +361,7 @@ impl Face for Proxied<'_> {
         // No limit decided it: it is over no soft limit, whatever its client says.
         sluice_http::headers::mark_soft_limited(&mut head.headers, []);
         Ok(match (&self.loaded.upstream, self.body.take()) {
-            (Some(up), Some(body)) => {
-                up.forward(Request::from_parts(head, body), self.client, &self.loaded.forwarding).await
-            }
+            (Some(up), Some(body)) => self.forward(up, Request::from_parts(head, body)).await,
             _ => respond::error(404, "not_found", "No such route."),
         })
     }
@@ -436,23 +479,27 @@ fn one_host<B>(req: &mut Request<B>) -> Result<(), sluice_http::keys::KeyRefusal
 impl Handler for Gateway {
     async fn handle(self: Arc<Self>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
         let loaded = self.current.load_full();
-        // Counted from here until the response ends (its body holds the slot).
+        // Counted from here until the response ends (what it holds at its end holds the slot).
         let (mut slot, before) = self.in_flight.enter();
         let s = &loaded.config.server;
         if before >= s.max_in_flight {
             tracing::debug!(target: "sluice::shed", in_flight = before, "shed");
             loaded.observed.shed();
-            return Ok(respond::answer(Answer::overloaded()));
+            let begun = Begun::new(&loaded, peer, &req, None);
+            return begun.ended(Ok(respond::answer(Answer::overloaded())), slot, Outcome::Shed);
         }
         // Who sent it, once: the per-client count and the limits read the same client. Refused
         // before any limit is decided, so nothing is charged.
         let client = loaded.limiter.client(peer.ip(), req.headers());
+        let mut req = req;
+        let begun = Begun::new(&loaded, peer, &req, Some(&client));
+        // The upstream is told the request's id (a client's own is never passed on).
+        req.headers_mut().insert(request_id::HEADER, begun.id.header().clone());
         if !self.in_flight.claim(&mut slot, client.grouped, s.max_in_flight_per_client) {
             tracing::debug!(target: "sluice::shed", "shed: the client's requests in flight");
             loaded.observed.shed_per_client();
-            return Ok(respond::answer(too_many_in_flight()));
+            return begun.ended(Ok(respond::answer(too_many_in_flight())), slot, Outcome::Shed);
         }
-        let mut req = req;
         match upgrade_asked(req.headers()) {
             Asked::Nothing => {}
             Asked::WebSocket if req.version() == http::Version::HTTP_11 && loaded.relays_websocket(&req) => {
@@ -462,26 +509,108 @@ impl Handler for Gateway {
             Asked::WebSocket | Asked::Other => {
                 tracing::debug!(target: "sluice::refused", "a protocol upgrade this route does not relay");
                 loaded.observed.upgrade_refused();
-                return Ok(respond::answer(Answer::error(
+                let refused = respond::answer(Answer::error(
                     http::StatusCode::NOT_IMPLEMENTED,
                     "upgrade_not_supported",
                     "This route does not relay protocol upgrades (a WebSocket is relayed only where its route \
                      says `upgrades = [\"websocket\"]`): the request is refused, not passed on without its Upgrade",
-                )));
+                ));
+                return begun.ended(Ok(refused), slot, Outcome::Refused);
             }
         }
         if let Err(refused) = one_host(&mut req) {
             tracing::debug!(target: "sluice::refused", "{refused}");
             let answer = Answer::bad_request(&refused.to_string());
             sluice_http::lifecycle::Observe::refused(&loaded.observed, None, &refused.into());
-            return Ok(respond::answer(answer));
+            return begun.ended(Ok(respond::answer(answer)), slot, Outcome::Refused);
         }
-        let mut res = self.route(&loaded, peer, client, req).await?;
+        let watching = Watching { observed: &loaded.observed, request_id: &begun.id, noted: begun.noted.as_ref() };
+        let res = self.route(&loaded, peer, client, req, &watching).await;
+        begun.ended(res, slot, Outcome::None)
+    }
+}
+
+/// What is known of a request from its start, for what is written at its end: its id (echoed
+/// to the client) and, with an access log, its line begun and what the lifecycle notes.
+struct Begun {
+    /// The request's id.
+    id: RequestId,
+    /// The line and its log, when there is an access log.
+    line: Option<(Box<Entry>, Arc<AccessLog>)>,
+    /// What the lifecycle and the proxy note as the request goes, when there is an access log.
+    noted: Option<std::sync::Mutex<Noted>>,
+}
+
+impl Begun {
+    /// `req` from `peer` begins; `client` is who sent it as resolved (`None`: not resolved, the
+    /// request was shed before: its id is a new one and the peer is its client).
+    fn new<B>(loaded: &InForce, peer: SocketAddr, req: &Request<B>, client: Option<&Client>) -> Self {
+        let trusted = client.is_some_and(|c| c.peer_trusted);
+        let id = RequestId::of(req.headers(), trusted);
+        let Some(log) = &loaded.access_log else { return Self { id, line: None, noted: None } };
+        let resolved = client.map_or(peer.ip(), |c| c.ip);
+        let logged = match log.client() {
+            sluice_config::ClientInLog::Address => LoggedClient::Address {
+                peer: peer.ip(),
+                forwarded_for: req.headers().get("x-forwarded-for").cloned(),
+                client: resolved,
+            },
+            sluice_config::ClientInLog::Hash => {
+                LoggedClient::Hash(crate::access_log::pseudonym(loaded.limiter.keys().hasher(), resolved))
+            }
+        };
+        let entry = Entry {
+            time: std::time::SystemTime::now(),
+            started: std::time::Instant::now(),
+            request_id: id.clone(),
+            client: logged,
+            method: req.method().clone(),
+            target: req.uri().path_and_query().map_or_else(|| req.uri().path().to_string(), |p| p.to_string()),
+            version: req.version(),
+            referer: req.headers().get(http::header::REFERER).cloned(),
+            user_agent: req.headers().get(http::header::USER_AGENT).cloned(),
+            route: None,
+            outcome: Outcome::None,
+            policy: None,
+            upstream: None,
+            status: 0,
+            bytes: 0,
+            duration: Duration::ZERO,
+        };
+        Self { id, line: Some((Box::new(entry), Arc::clone(log))), noted: Some(Default::default()) }
+    }
+
+    /// The request ends with `res` (`outcome` unless the lifecycle said another): its id echoed,
+    /// and its slot in flight — and its access log line — held by what the response holds until
+    /// it ends (a proxied body, a relayed WebSocket), else given back (and written) now.
+    fn ended(
+        self,
+        res: Result<Response<Body>, Dropped>,
+        slot: crate::client_slots::Slot,
+        outcome: Outcome,
+    ) -> Result<Response<Body>, Dropped> {
+        let line = self.line.map(|(mut entry, log)| {
+            let noted = self.noted.map(|n| n.into_inner().unwrap_or_else(|p| p.into_inner())).unwrap_or_default();
+            entry.route = noted.route;
+            entry.outcome = noted.outcome.unwrap_or(outcome);
+            entry.policy = noted.policy;
+            entry.upstream = noted.upstream;
+            if let Ok(res) = &res {
+                entry.status = res.status().as_u16();
+                if let Either::Left(own) = res.body() {
+                    entry.bytes = http_body::Body::size_hint(own).exact().unwrap_or(0);
+                }
+            }
+            (entry, log)
+        });
+        let ending = Ending::new(slot, line);
+        let mut res = res?;
+        res.headers_mut().insert(request_id::HEADER, self.id.header().clone());
         if let Some(tunnel) = res.extensions().get::<Tunnel>() {
             // A relayed WebSocket is one request in flight for as long as it lives.
-            tunnel.hold(slot);
+            tunnel.hold(ending);
         } else if let Either::Right(body) = res.body_mut() {
-            body.get_mut().hold(slot);
+            body.get_mut().hold(ending);
         }
         Ok(res)
     }

@@ -8,12 +8,14 @@
 //!   Traefik, nginx `auth_request`), deciding by the same routes as the gateway;
 //! - [`seed`]: the default service of `sluice serve` without a config;
 //! - [`proxy`] and [`body`]: forwarding to the upstream (over `sluice-upstream`'s pooled
-//!   HTTP/1.1 client) and replayable request bodies, cut when they stall or break;
+//!   client) and replayable request bodies, cut when they stall or break;
 //!   [`client_slots`]: requests and body reads in progress per client;
 //! - [`serve`]: accept loops (one runtime per core), graceful shutdown, signals;
 //! - [`timer`]: timeouts that reuse one timer entry per connection;
 //! - [`stores`]: the store a configuration asks for (memory or Redis), kept across reloads;
 //! - [`observe`] and [`admin`]: Prometheus metrics, sampled decision logs, the admin listener;
+//! - [`request_id`]: every request's `X-Request-Id`; [`access_log`]: one line per request,
+//!   written when its response ends;
 //! - [`error`]: what can go wrong building or reloading a gateway.
 //!
 //! ```
@@ -35,6 +37,7 @@
 //! assert_eq!(gateway.config().config.routes[0].name, "/api/*");
 //! ```
 
+pub mod access_log;
 pub mod admin;
 pub mod body;
 pub mod client_slots;
@@ -44,6 +47,7 @@ pub mod forward_auth;
 pub mod gateway;
 pub mod observe;
 pub mod proxy;
+pub mod request_id;
 pub mod reservations;
 pub mod respond;
 pub mod seed;

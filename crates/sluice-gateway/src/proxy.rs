@@ -131,6 +131,11 @@ impl Upstream {
         Ok(Self { id, authority, timeout, connect, scheme, http2: false, tls_errors: None })
     }
 
+    /// `host:port` of the upstream.
+    pub fn authority(&self) -> &http::uri::Authority {
+        &self.authority
+    }
+
     /// Counts the connections whose TLS fails in `family`, by reason.
     pub fn counting_tls_errors(self, family: TlsErrors) -> Self {
         Self { tls_errors: Some(family), ..self }

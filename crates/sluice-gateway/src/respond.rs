@@ -9,13 +9,13 @@ use sluice_http::response::Answer;
 use sluice_upstream::pool::PooledBody;
 use sluice_upstream::tls::AnyConnect;
 
+use crate::access_log::Ending;
 use crate::body::ReplayBody;
-use crate::client_slots::Slot;
 
 /// The body of every response the server sends: its own bytes, or the upstream's stream (which
 /// holds the request's slot in flight until it is dropped, metered when a limit's cost is what
 /// it says).
-pub type Body = Either<Full<Bytes>, Metered<PooledBody<AnyConnect, ReplayBody, Slot>>>;
+pub type Body = Either<Full<Bytes>, Metered<PooledBody<AnyConnect, ReplayBody, Ending>>>;
 
 /// Bytes as a [`Body`].
 pub fn full(bytes: Bytes) -> Body {

@@ -163,7 +163,13 @@ cache_entries = 100
 [forward_auth]
 path = "/v1/authz"
 deny_status = 403
+
+[access_log]
+path = "{access_log}"
+format = "json"
+client = "hash"
 "#,
+        access_log = file("access.log"),
         snapshot = file("state"),
         descriptors = file("descriptors"),
         cert = file("cert.pem"),

@@ -162,7 +162,7 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         let decoder = Decoder::new(head.framing);
         let inner = Inner::Raw { back: Some((Arc::clone(self), raw)), decoder, reusable: head.reusable };
         let mut body = PooledBody::new(inner);
-        if body.is_end_stream() {
+        if body.is_done() {
             body.give_back();
         }
         let mut res = Response::new(body);
@@ -282,7 +282,7 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
     fn pooled<H>(self: &Arc<Self>, res: Response<Incoming>, conn: Conn<B>) -> Response<PooledBody<C, B, H>> {
         let (parts, body) = res.into_parts();
         let mut pooled = PooledBody::new(Inner::Hyper { body, back: Some((Arc::clone(self), conn)) });
-        if pooled.is_end_stream() {
+        if pooled.is_done() {
             pooled.give_back();
         }
         Response::from_parts(parts, pooled)
@@ -347,6 +347,17 @@ enum Inner<C: Connect, B> {
 /// Why a response body failed: the client's connection is cut (the body was not whole).
 pub type BodyError = BoxError;
 
+/// What a response body holds until it is dropped ([`PooledBody::hold`]), told how many body
+/// bytes pass through it (a gateway's access log line counts them).
+pub trait Held: Send + 'static {
+    /// `n` more bytes of the body were read and passed on.
+    fn sent(&mut self, n: u64) {
+        let _ = n;
+    }
+}
+
+impl Held for () {}
+
 impl<C: Connect, B, H> PooledBody<C, B, H> {
     fn new(inner: Inner<C, B>) -> Self {
         Self { inner, held: None, waiting: false, stalled: false }
@@ -394,12 +405,33 @@ fn stalled(sleep: &mut Pin<Box<Sleep>>, waiting: &mut bool, idle: Duration, cx: 
 // `Unpin` values, or not at all), so a held value need not be `Unpin` itself.
 impl<C: Connect, B, H> Unpin for PooledBody<C, B, H> {}
 
-impl<C: Connect, B: RequestBody, H> Body for PooledBody<C, B, H> {
+impl<C: Connect, B: RequestBody, H: Held> Body for PooledBody<C, B, H> {
     type Data = Bytes;
     type Error = BodyError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        let this = &mut *self;
+        let polled = self.poll_upstream(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let (Some(data), Some(held)) = (frame.data_ref(), &mut self.held)
+        {
+            held.sent(data.len() as u64);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.is_done()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.hint()
+    }
+}
+
+impl<C: Connect, B: RequestBody, H> PooledBody<C, B, H> {
+    /// The next frame read from the upstream.
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self;
         if this.stalled {
             return Poll::Ready(None);
         }
@@ -470,7 +502,7 @@ impl<C: Connect, B: RequestBody, H> Body for PooledBody<C, B, H> {
         polled
     }
 
-    fn is_end_stream(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.stalled
             || match &self.inner {
                 Inner::Hyper { body, .. } | Inner::Stream { body, .. } => body.is_end_stream(),
@@ -478,7 +510,7 @@ impl<C: Connect, B: RequestBody, H> Body for PooledBody<C, B, H> {
             }
     }
 
-    fn size_hint(&self) -> SizeHint {
+    fn hint(&self) -> SizeHint {
         match &self.inner {
             Inner::Hyper { body, .. } | Inner::Stream { body, .. } => body.size_hint(),
             Inner::Raw { decoder, .. } => decoder.exact_left().map_or_else(SizeHint::new, SizeHint::with_exact),

@@ -149,6 +149,7 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     };
     let stop = termination();
     tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone(), certificates));
+    tokio::spawn(reopen_on_usr1(usr1(), gateway.clone()));
     observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
     if let Some(r) = &rls {
         println!("{}", r.line);
@@ -209,13 +210,14 @@ struct RlsTask {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+/// A signal handler installed at start.
 #[cfg(unix)]
-type Hangup = tokio::signal::unix::Signal;
+type InstalledSignal = tokio::signal::unix::Signal;
 #[cfg(not(unix))]
-type Hangup = ();
+type InstalledSignal = ();
 
 /// The SIGHUP handler, installed now (before the listening line), so no early signal is lost.
-fn hangup() -> Option<Hangup> {
+fn hangup() -> Option<InstalledSignal> {
     #[cfg(unix)]
     {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
@@ -229,7 +231,12 @@ fn hangup() -> Option<Hangup> {
 /// SIGHUP reloads the configuration; a bad file is refused and the old one keeps serving. Each
 /// reload is counted (`sluice_config_reloads_total`) and logged as an event; a refusal is also
 /// told on stderr.
-async fn reload_on_hangup(hup: Option<Hangup>, gateway: Arc<Gateway>, path: PathBuf, tls: Option<Arc<Certificates>>) {
+async fn reload_on_hangup(
+    hup: Option<InstalledSignal>,
+    gateway: Arc<Gateway>,
+    path: PathBuf,
+    tls: Option<Arc<Certificates>>,
+) {
     #[cfg(unix)]
     {
         let Some(mut hup) = hup else { return };
@@ -252,6 +259,37 @@ async fn reload_on_hangup(hup: Option<Hangup>, gateway: Arc<Gateway>, path: Path
     #[cfg(not(unix))]
     {
         let _ = (gateway, path, tls);
+    }
+}
+
+/// The SIGUSR1 handler, installed now (before the listening line): the signal's default action
+/// would end the process.
+fn usr1() -> Option<InstalledSignal> {
+    #[cfg(unix)]
+    {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// SIGUSR1 reopens the access log's file (as nginx's does): logrotate moves the file, then
+/// signals, and the lines go on in a new file of the configured name.
+async fn reopen_on_usr1(usr1: Option<InstalledSignal>, gateway: Arc<Gateway>) {
+    #[cfg(unix)]
+    {
+        let Some(mut usr1) = usr1 else { return };
+        while usr1.recv().await.is_some() {
+            if let Some(log) = gateway.config().access_log() {
+                log.reopen();
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (usr1, gateway);
     }
 }
 

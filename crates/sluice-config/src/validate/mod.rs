@@ -1,6 +1,7 @@
 //! Raw structs to the validated model, one field at a time, each error located: a module per
 //! table it validates, this one joining them and checking what spans tables.
 
+mod access_log;
 mod address;
 mod decision_api;
 mod decision_log;
@@ -127,7 +128,9 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
             ));
         }
     }
+    let access_log = raw.access_log.map(|a| access_log::access_log(src, a)).transpose()?;
     Ok(Config {
+        access_log,
         server,
         upstream,
         policies,

@@ -108,6 +108,20 @@ pub fn config_json(c: &Config) -> Value {
         },
         "rls": c.rls.as_ref().map(rls_json),
         "forward_auth": c.forward_auth.as_ref().map(|f| json!({ "path": f.path, "deny_status": f.deny_status })),
+        "access_log": c.access_log.as_ref().map(|a| json!({
+            "path": match &a.to {
+                sluice_config::LogDestination::Stdout => "-".to_string(),
+                sluice_config::LogDestination::File(p) => p.display().to_string(),
+            },
+            "format": match a.format {
+                sluice_config::AccessLogFormat::Combined => "combined",
+                sluice_config::AccessLogFormat::Json => "json",
+            },
+            "client": match a.client {
+                sluice_config::ClientInLog::Address => "address",
+                sluice_config::ClientInLog::Hash => "hash",
+            },
+        })),
     })
 }
 

@@ -220,8 +220,15 @@ impl HexKey {
 impl DecisionLine<'_> {
     /// Writes the line (target [`TARGET`], level INFO).
     pub fn emit(&self) {
+        self.emit_with(None);
+    }
+
+    /// Writes the line with the id of the request it decided (`request_id`, the gateway's
+    /// `X-Request-Id`).
+    pub fn emit_with(&self, request_id: Option<&str>) {
         tracing::info!(
             target: TARGET,
+            request_id,
             route = self.route,
             policy = self.policy,
             algorithm = self.algorithm,

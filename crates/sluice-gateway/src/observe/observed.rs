@@ -132,9 +132,14 @@ pub struct PendingLine<'a>(Option<DecisionLine<'a>>);
 impl PendingLine<'_> {
     /// Writes the line, if any, with the response's `status` (0: the connection was dropped).
     pub fn emit(self, status: u16) {
+        self.emit_for(status, None);
+    }
+
+    /// [`PendingLine::emit`] for the request `request_id` names, written in the line.
+    pub fn emit_for(self, status: u16, request_id: Option<&crate::request_id::RequestId>) {
         if let Some(mut line) = self.0 {
             line.status = status;
-            line.emit();
+            line.emit_with(request_id.map(|id| id.as_str()));
         }
     }
 }

@@ -76,17 +76,21 @@ pub struct Serve {
     child: Child,
     /// The port it listens on.
     pub port: u16,
+    /// Its further stdout lines (decision lines, events), as they come.
+    stdout: std::sync::mpsc::Receiver<String>,
 }
 
-/// Reads the server's further lines (decision lines, events) and drops them: a pipe nobody
+/// Reads the server's further lines (decision lines, events) into a channel: a pipe nobody
 /// reads would fill and block the server's writes.
-fn drain(mut stdout: BufReader<ChildStdout>) {
+fn drain(mut stdout: BufReader<ChildStdout>) -> std::sync::mpsc::Receiver<String> {
+    let (lines, read) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
         while stdout.read_line(&mut line).is_ok_and(|n| n > 0) {
-            line.clear();
+            let _ = lines.send(std::mem::take(&mut line));
         }
     });
+    read
 }
 
 impl Serve {
@@ -125,8 +129,21 @@ impl Serve {
             let _ = child.kill();
             panic!("unexpected first line from sluice serve: {line:?}");
         };
-        drain(stdout);
-        Self { child, port }
+        let stdout = drain(stdout);
+        Self { child, port, stdout }
+    }
+
+    /// The next line it writes on stdout that `wanted` picks (skipping the others), within ten
+    /// seconds.
+    pub fn stdout_line(&self, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self.stdout.recv_timeout(left).expect("a line on stdout in time");
+            if wanted(&line) {
+                return line;
+            }
+        }
     }
 
     /// The process id (to signal it).
