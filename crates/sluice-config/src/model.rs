@@ -200,6 +200,16 @@ pub enum OnInvalidToken {
     Fallback,
 }
 
+impl OnInvalidToken {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnInvalidToken::Reject => "reject",
+            OnInvalidToken::Fallback => "fallback",
+        }
+    }
+}
+
 /// Checks the status of a denial: a 4xx or a 5xx (a client must see it was refused; 2xx or 3xx
 /// would be cached or followed as an answer). The one rule for `server.deny_status`,
 /// `forward_auth.deny_status` and the library's builder.
@@ -441,6 +451,16 @@ pub enum OnDeny {
     Respond,
     /// Close the connection without a response.
     Drop,
+}
+
+impl OnDeny {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnDeny::Respond => "respond",
+            OnDeny::Drop => "drop",
+        }
+    }
 }
 
 /// `[upstream]`
@@ -890,6 +910,17 @@ pub enum OnError {
     Local,
 }
 
+impl OnError {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnError::FailOpen => "fail-open",
+            OnError::FailClosed => "fail-closed",
+            OnError::Local => "local",
+        }
+    }
+}
+
 /// `[admin]`
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
@@ -930,6 +961,16 @@ pub enum RlsCharge {
     /// envoyproxy/ratelimit's default: each descriptor is decided and charged on its own, so a
     /// denied request still spends the descriptors that admitted it.
     Independent,
+}
+
+impl RlsCharge {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RlsCharge::AllOrNothing => "all-or-nothing",
+            RlsCharge::Independent => "independent",
+        }
+    }
 }
 
 /// `[forward_auth]`: a path on the `[server]` listener where a trusted proxy (Caddy

@@ -28,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(rls) = &config.rls {
         let d = sluice_rls::load_dir(&rls.descriptors)?;
-        println!("rls: {} ({:?}), domains: {}", rls.listen, rls.charge, d.domain_names().join(", "));
+        println!("rls: {} (charge: {}), domains: {}", rls.listen, rls.charge.name(), d.domain_names().join(", "));
     }
     println!("{}: OK", args.file.display());
     Ok(())
@@ -58,10 +58,13 @@ fn policy_text(p: &Policy) -> String {
             format!("token-bucket capacity={} refill_per_second={}", t.capacity(), 1e9 / t.interval() as f64)
         }
         Policy::LeakyBucket(l) => format!(
-            "leaky-bucket rate_per_second={} capacity={} mode={:?}",
+            "leaky-bucket rate_per_second={} capacity={} mode={}",
             1e9 / l.interval() as f64,
             l.capacity(),
-            l.mode()
+            match l.mode() {
+                sluice_core::LeakMode::Police => "police".to_string(),
+                sluice_core::LeakMode::Shape { delay } => format!("shape delay={delay}"),
+            }
         ),
     }
 }
@@ -72,8 +75,14 @@ pub fn describe(c: &Config) -> String {
     let s = &c.server;
     let _ = writeln!(out, "listen: {}", s.listen);
     if let Some(t) = &s.tls {
-        let _ =
-            writeln!(out, "tls: certificate {}, key {} (TLS 1.2 and 1.3, HTTP/1.1)", t.cert.display(), t.key.display());
+        let _ = writeln!(
+            out,
+            "tls: certificate {}, key {} (TLS 1.2 and 1.3; HTTP/2 and HTTP/1.1 by ALPN)",
+            t.cert.display(),
+            t.key.display()
+        );
+    } else if s.h2c {
+        let _ = writeln!(out, "h2c: HTTP/2 with prior knowledge beside HTTP/1.1");
     }
     let _ = writeln!(
         out,
@@ -84,17 +93,34 @@ pub fn describe(c: &Config) -> String {
             s.trusted_proxies.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
         }
     );
-    let _ = writeln!(out, "forwarding header read: {:?}", s.forwarded_header);
+    let _ = writeln!(out, "forwarding header read: {}", s.forwarded_header.name());
     let _ = writeln!(out, "ipv6 prefix: /{}", s.ipv6_prefix);
     let _ = writeln!(out, "headers: {}", s.headers.iter().map(|h| h.name()).collect::<Vec<_>>().join(", "));
-    let _ = writeln!(out, "deny: status {} ({:?})", s.deny_status, s.on_deny);
+    let _ = writeln!(out, "deny: status {} (on_deny: {})", s.deny_status, s.on_deny.name());
     let _ = writeln!(
         out,
         "upstream: {}",
-        c.upstream
-            .as_ref()
-            .map_or("none (sluice answers)".into(), |u| sluice_config::SecretUrl::new(u.url.clone()).to_string())
+        c.upstream.as_ref().map_or("none (sluice answers)".into(), |u| format!(
+            "{}{}",
+            sluice_config::SecretUrl::new(u.url.clone()),
+            if u.http2 { " (HTTP/2)" } else { "" }
+        ))
     );
+    if let Some(a) = &c.access_log {
+        let to = match &a.to {
+            sluice_config::LogDestination::Stdout => "stdout".to_string(),
+            sluice_config::LogDestination::File(p) => p.display().to_string(),
+        };
+        let format = match a.format {
+            sluice_config::AccessLogFormat::Combined => "combined",
+            sluice_config::AccessLogFormat::Json => "json",
+        };
+        let client = match a.client {
+            sluice_config::ClientInLog::Address => "addresses",
+            sluice_config::ClientInLog::Hash => "no address (client hashes)",
+        };
+        let _ = writeln!(out, "access log: {to}, {format}, {client}");
+    }
     let _ = writeln!(
         out,
         "key secret: {}",
@@ -113,8 +139,9 @@ pub fn describe(c: &Config) -> String {
         }
         StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => writeln!(
             out,
-            "store: redis {} (cluster: {cluster}), on error: {on_error:?}, timeout {timeout_ms} ms, prefix {key_prefix}",
-            urls.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", ")
+            "store: redis {} (cluster: {cluster}), on error: {}, timeout {timeout_ms} ms, prefix {key_prefix}",
+            urls.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", "),
+            on_error.name()
         ),
     };
     let _ = writeln!(out, "policies:");
@@ -138,19 +165,19 @@ pub fn describe(c: &Config) -> String {
         }
     }
     if let Some(j) = &c.identity.jwt {
-        let algorithms: Vec<String> = j.keys.iter().map(|k| format!("{:?}", k.algorithm)).collect();
+        let algorithms: Vec<&str> = j.keys.iter().map(|k| k.algorithm.name()).collect();
         let from = match &j.token {
             sluice_config::TokenSource::Header(h) => format!("header {h}"),
             sluice_config::TokenSource::Cookie(name) => format!("cookie {name}"),
         };
         let _ = writeln!(
             out,
-            "jwt: {} key(s) ({}), from the {from}, issuer {}, audience {}, on invalid token: {:?}",
+            "jwt: {} key(s) ({}), from the {from}, issuer {}, audience {}, on invalid token: {}",
             j.keys.len(),
             algorithms.join(", "),
             j.issuer.as_deref().unwrap_or("any"),
             j.audience.as_deref().unwrap_or("any"),
-            j.on_invalid_token
+            j.on_invalid_token.name()
         );
     }
     if let Some(fa) = &c.forward_auth {

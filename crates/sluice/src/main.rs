@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod check_config;
 mod completions;
+mod key_hash;
 mod replay;
 mod serve;
 mod simulate;
@@ -30,6 +31,8 @@ enum Command {
     Serve(serve::Args),
     /// Validate a configuration and print the resolved routes and policies.
     CheckConfig(check_config::Args),
+    /// The key hashes a gateway gives a client (what decision lines and the status page show).
+    KeyHash(key_hash::Args),
     /// Run the algorithms side by side over generated or recorded arrivals, in virtual time.
     Simulate(simulate::Args),
     /// Send real HTTP requests on the arrival times of a scenario or a file, and summarise the answers.
@@ -74,6 +77,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::CheckConfig(args) => check_config::run(args),
+        Command::KeyHash(args) => key_hash::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Describe(c) => completions::run(c),

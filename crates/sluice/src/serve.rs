@@ -108,10 +108,16 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let (stores, snapshots) = sluice_gateway::stores::with_snapshots(&config)?;
     let gateway = Arc::new(Gateway::new(config, stores)?);
     let snapshots = snapshots.map(|s| s.counted_by(gateway.observer().metrics()));
-    let protocols = Protocols::of(&gateway.config().config.server);
-    let mut listeners = Listeners::bind(listen, workers())
-        .with_context(|| format!("cannot listen on {listen}"))?
-        .with_protocols(protocols);
+    // A file that configures only the rate-limit service opens no gateway listener.
+    let gateway_wanted = !rls_only(&gateway.config().config);
+    let mut listeners = match gateway_wanted {
+        true => Some(
+            Listeners::bind(listen, workers())
+                .with_context(|| format!("cannot listen on {listen}"))?
+                .with_protocols(Protocols::of(&gateway.config().config.server)),
+        ),
+        false => None,
+    };
     let certificates = match &gateway.config().config.server.tls {
         Some(files) => {
             let loaded = Certificates::load(files).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -119,11 +125,10 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
         }
         None => None,
     };
-    if let Some(c) = &certificates {
-        listeners = listeners.with_tls(c.clone());
+    if let (Some(c), Some(l)) = (&certificates, listeners.take()) {
+        listeners = Some(l.with_tls(c.clone()));
         tokio::spawn(c.clone().watch(TLS_WATCH_INTERVAL));
     }
-    let addr = listeners.local_addr();
     let rls = start_rls(&gateway).await?;
     // The admin listener (metrics, health, config) is apart from client traffic; it stops
     // once client requests are drained. The rate-limit service counts into the gateway's
@@ -150,12 +155,23 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let stop = termination();
     tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone(), certificates));
     tokio::spawn(reopen_on_usr1(usr1(), gateway.clone()));
-    observe::started(&gateway.config().config, addr, admin.as_ref().map(|a| a.0), &path.display().to_string());
+    let admin_addr = admin.as_ref().map(|a| a.0);
+    let listen = listeners.as_ref().map(Listeners::local_addr);
+    observe::started(&gateway.config().config, listen, admin_addr, &path.display().to_string());
     if let Some(r) = &rls {
         println!("{}", r.line);
     }
+    if listeners.is_none() {
+        println!(
+            "no gateway listener: {} configures no route, upstream, forward_auth or decision_api, only [rls]",
+            path.display()
+        );
+    }
     let interval_writes = snapshots.clone().map(|s| tokio::spawn(s.write_every_interval()));
-    serve_per_core(listeners, gateway, stop, drain).await?;
+    match listeners {
+        Some(listeners) => serve_per_core(listeners, gateway, stop, drain).await?,
+        None => stop.await,
+    }
     if let (Some(writes), Some(snapshots)) = (interval_writes, snapshots) {
         writes.abort();
         let _ = tokio::task::spawn_blocking(move || snapshots.write_last()).await;
@@ -170,6 +186,17 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     }
     observe::stopped();
     Ok(())
+}
+
+/// Whether `config` asks for the rate-limit service alone: `[rls]`, and no route, upstream,
+/// forward-auth or decision API turned on by name: then no gateway listener is opened (it
+/// would answer 404 to everything, or open the decision API nobody asked for).
+fn rls_only(config: &sluice_config::Config) -> bool {
+    config.rls.is_some()
+        && config.routes.is_empty()
+        && config.upstream.is_none()
+        && config.forward_auth.is_none()
+        && config.decision_api.enabled != Some(true)
 }
 
 /// Envoy's rate-limit service (`[rls]`) beside the gateway, on this runtime, counting into the

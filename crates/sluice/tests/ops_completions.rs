@@ -11,7 +11,7 @@ use ops_support::{SLUICE, run};
 #[cfg(feature = "external-programs")]
 use support::TempDir;
 
-const SUBCOMMANDS: [&str; 6] = ["serve", "check-config", "simulate", "replay", "completions", "man"];
+const SUBCOMMANDS: [&str; 7] = ["serve", "check-config", "key-hash", "simulate", "replay", "completions", "man"];
 
 fn sluice(args: &[&str]) -> String {
     let (ok, out, err) = run(SLUICE, args);

@@ -216,7 +216,7 @@ fn serve_rls(dir: &TempDir, rls_extra: &str) -> (Running, u16, std::net::SocketA
     let text = text.replace("[rls]\n", &format!("[rls]\n{rls_extra}"));
     dir.write("sluice.toml", &format!("{text}\n[admin]\nlisten = \"127.0.0.1:0\"\n"));
     let sluice = Running::start(&["serve", "--config", &path], &[]);
-    let (_, admin) = sluice.gateway_addresses();
+    let admin = sluice.admin_address();
     wait_for(port);
     (sluice, port, admin.expect("the admin listener"))
 }
@@ -280,4 +280,46 @@ fn a_descriptor_reload_refused_on_sighup_is_logged_and_counted_beside_the_config
     }
     assert_eq!((reloads(admin, "refused"), reloads(admin, "ok")), (1.0, 1.0));
     assert_eq!(check(port, "hana").0, 200, "the running descriptors keep serving");
+}
+
+#[test]
+fn a_file_with_only_rls_opens_no_gateway_listener_and_says_so() {
+    let dir = TempDir::new("rls-only");
+    std::fs::create_dir_all(dir.dir().join("ratelimit")).unwrap();
+    dir.write("ratelimit/edge.yaml", LIMITS);
+    let (gateway_port, rls_port) = (free_port(), free_port());
+    let file = dir.write(
+        "sluice.toml",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:{gateway_port}\"\n\n[rls]\nlisten = \"127.0.0.1:{rls_port}\"\ndescriptors = {:?}\n",
+            dir.path("ratelimit")
+        ),
+    );
+    let mut child = Command::new(SLUICE)
+        .args(["serve", "--config", &file])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut said = String::new();
+    for _ in 0..5 {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        said.push_str(&line);
+        if line.contains("no gateway listener") {
+            break;
+        }
+    }
+    let served = check(rls_port, "alice").0;
+    let gateway_open = TcpStream::connect(("127.0.0.1", gateway_port)).is_ok();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(said.contains("sluice rls listening on") && said.contains("no gateway listener"), "{said}");
+    assert!(!said.contains("gateway listening"), "{said}");
+    assert_eq!(served, 200, "the rate-limit service answers");
+    assert!(!gateway_open, "a gateway listener was opened on {gateway_port}");
 }

@@ -39,13 +39,26 @@ impl Reload {
 
 /// Logs the start of the gateway: where it listens, the admin listener, the store, the size of
 /// the configuration read from `source` (a file name). The message reads
-/// `sluice gateway listening on http://ADDR (config SOURCE)` (`https://` with `[server.tls]`).
-pub fn started(config: &Config, listen: SocketAddr, admin: Option<SocketAddr>, source: &str) {
+/// `sluice gateway listening on http://ADDR (config SOURCE)` (`https://` with `[server.tls]`);
+/// with no gateway listener (`listen` is `None`: the file configures only the rate-limit
+/// service), `sluice started without a gateway listener (config SOURCE)` and no `listen` field.
+pub fn started(config: &Config, listen: Option<SocketAddr>, admin: Option<SocketAddr>, source: &str) {
     let store = match &config.store {
         StoreConfig::Memory { .. } => "memory",
         StoreConfig::Redis { .. } => "redis",
     };
     let scheme = if config.server.tls.is_some() { "https" } else { "http" };
+    let Some(listen) = listen else {
+        tracing::info!(
+            target: TARGET,
+            event = "start",
+            admin = admin.map(|a| a.to_string()),
+            store,
+            version = env!("CARGO_PKG_VERSION"),
+            "sluice started without a gateway listener (config {source})"
+        );
+        return;
+    };
     tracing::info!(
         target: TARGET,
         event = "start",

@@ -126,6 +126,12 @@ impl Running {
         found
     }
 
+    /// The admin listener's address, from the `start` event.
+    pub fn admin_address(&self) -> Option<SocketAddr> {
+        let start: serde_json::Value = serde_json::from_str(&self.line_with("\"event\":\"start\"")).expect("JSON");
+        start["admin"].as_str().map(|a| a.parse::<SocketAddr>().expect("an address"))
+    }
+
     /// The gateway's listening and admin addresses, from its `start` event.
     pub fn gateway_addresses(&self) -> (SocketAddr, Option<SocketAddr>) {
         let start: serde_json::Value = serde_json::from_str(&self.line_with("\"event\":\"start\"")).expect("JSON");
