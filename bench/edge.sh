@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The edge (issue 27): sluice's gateway over TLS, HTTP/1.1 and HTTP/2, against nginx with TLS,
 # `http2` and `limit_req` doing the same job, same h2load load, one run. Prints requests per
-# second and the ratios (above 1: sluice served more).
+# second, the ratios (above 1: sluice served more) and each server's p99 and p50 latency in ms.
+# h2load prints no percentiles: they come from its per-request log (`--log-file`, one line a
+# request: start time, status, microseconds until the end of the response), nearest rank over
+# the requests of the run; h2load writes that log during both servers' runs alike.
 #
 #   bash bench/edge.sh                 # 10 s per case
 #   DURATION=5 CLIENTS=32 STREAMS=10 bash bench/edge.sh
@@ -37,7 +40,9 @@ dir=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for f in "$dir/nginx.pid" "$dir/up/nginx.pid"; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  for f in "$dir/nginx.pid" "$dir/up/nginx.pid"; do
+    if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; fi
+  done
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -99,24 +104,42 @@ for c in self proxy; do
 done
 for p in $NGX $UP $SELF $PROXY; do wait_port "$p"; done
 
-# Requests per second of h2load against $1 with the protocol flags $2.
+# Requests per second of h2load against $1 with the protocol flags $2; each request's line in
+# the log $3.
 rate() {
   local out
-  out=$(h2load -D "$DURATION" -c "$CLIENTS" -t 2 $2 "$1" 2>&1)
+  # shellcheck disable=SC2086 # $2 is a list of flags
+  out=$(h2load -D "$DURATION" -c "$CLIENTS" -t 2 $2 --log-file "$3" "$1" 2>&1)
   if ! grep -q "status codes: [1-9][0-9]* 2xx, 0 3xx, 0 4xx, 0 5xx" <<<"$out"; then
     echo "bench/edge.sh: $1 did not answer 2xx only:" >&2; grep -E "status codes|requests:" <<<"$out" >&2; exit 1
   fi
   grep -o '[0-9.]* req/s' <<<"$out" | head -1 | cut -d' ' -f1
 }
 
-printf '%-34s %12s %12s %7s\n' "case (h2load, ${DURATION}s, ${CLIENTS} clients)" "nginx req/s" "sluice req/s" "ratio"
+# "p50 p99" in ms of the requests in h2load's log $1 (tab-separated: start time, status, -1 for
+# a failed stream, microseconds until the end of the response), nearest rank; removes the log.
+percentiles() {
+  local n
+  awk -F'\t' '$2 != -1 {print $3}' "$1" | LC_ALL=C sort -n > "$1.sorted"
+  n=$(wc -l < "$1.sorted")
+  awk -v n="$n" 'BEGIN { a = int((n * 50 + 99) / 100); b = int((n * 99 + 99) / 100) }
+    NR == a { p50 = $1 } NR == b { p99 = $1; exit }
+    END { printf "%.2f %.2f\n", p50 / 1000, p99 / 1000 }' "$1.sorted"
+  rm -f "$1" "$1.sorted"
+}
+
+printf '%-34s %12s %12s %7s %13s %14s %13s %14s\n' "case (h2load, ${DURATION}s, ${CLIENTS} clients)" "nginx req/s" "sluice req/s" "ratio" \
+  "nginx p99 ms" "sluice p99 ms" "nginx p50 ms" "sluice p50 ms"
 for proto in "TLS HTTP/1.1:--h1" "TLS HTTP/2:-m $STREAMS"; do
   name=${proto%%:*}; flags=${proto#*:}
   for c in "self-answered:https://127.0.0.1:$NGX/hello.json:https://127.0.0.1:$SELF/hello.json" \
            "proxied:https://127.0.0.1:$NGX/proxy/hello.json:https://127.0.0.1:$PROXY/hello.json"; do
     label=${c%%:*}; rest=${c#*:}
     ngx_url=${rest%:https*}; sl_url="https${rest##*:https}"
-    n=$(rate "$ngx_url" "$flags"); s=$(rate "$sl_url" "$flags")
-    printf '%-34s %12.0f %12.0f %7.2f\n' "$name, $label" "$n" "$s" "$(python3 -c "print($s/$n)")"
+    n=$(rate "$ngx_url" "$flags" "$dir/h2load-nginx.log"); s=$(rate "$sl_url" "$flags" "$dir/h2load-sluice.log")
+    np=$(percentiles "$dir/h2load-nginx.log"); sp=$(percentiles "$dir/h2load-sluice.log")
+    read -r n50 n99 <<<"$np"; read -r s50 s99 <<<"$sp"
+    printf '%-34s %12.0f %12.0f %7.2f %13s %14s %13s %14s\n' "$name, $label" "$n" "$s" "$(python3 -c "print($s/$n)")" \
+      "$n99" "$s99" "$n50" "$s50"
   done
 done
