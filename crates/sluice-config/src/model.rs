@@ -278,6 +278,51 @@ pub struct Server {
     /// How long a relayed WebSocket connection may carry no byte either way before both sides
     /// are closed.
     pub tunnel_idle_timeout: Nanos,
+    /// `[server.cors]`: the browser origins that may read sluice's own answers; `None`: no CORS
+    /// header is written.
+    pub cors: Option<Cors>,
+}
+
+/// `[server.cors]`: what browser code on other origins may read of sluice's own answers (a 429's
+/// `Retry-After` and rate-limit headers), and what is done with CORS preflights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cors {
+    /// The origins allowed (a route's own `cors.allow_origins` replaces them for it).
+    pub allow_origins: Origins,
+    /// What a preflight (`OPTIONS` with `Access-Control-Request-Method`) gets when its route does
+    /// not list `OPTIONS` in its methods: it is never charged then.
+    pub preflight: Preflight,
+    /// `Access-Control-Max-Age` of an answered preflight.
+    pub max_age: Nanos,
+}
+
+/// Origins a CORS header is written for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origins {
+    /// `*`: any origin (answered `Access-Control-Allow-Origin: *`).
+    Any,
+    /// These origins, `scheme://host[:port]` in lower case, compared with the request's
+    /// `Origin` in lower case.
+    List(Vec<String>),
+}
+
+impl Origins {
+    /// Whether `origin` (a request's `Origin` value) is allowed.
+    pub fn allows(&self, origin: &[u8]) -> bool {
+        match self {
+            Origins::Any => true,
+            Origins::List(list) => list.iter().any(|o| o.as_bytes().eq_ignore_ascii_case(origin)),
+        }
+    }
+}
+
+/// `server.cors.preflight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preflight {
+    /// Passed on to the upstream (answered, when there is none), not charged.
+    Pass,
+    /// Answered by sluice (204, the method and headers asked for, `max_age`), not charged.
+    Answer,
 }
 
 /// `[server.http2]`: the bounds of one client's HTTP/2 connection, advertised in its SETTINGS
@@ -524,6 +569,9 @@ pub struct Route {
     /// Whether a WebSocket upgrade is relayed to the upstream (`upgrades = ["websocket"]`);
     /// elsewhere an upgrade is refused, never passed on without its `Upgrade`.
     pub websocket: bool,
+    /// `cors = { allow_origins = [...] }`: the origins of this route, in place of
+    /// `[server.cors]`'s.
+    pub cors: Option<Origins>,
 }
 
 /// Refusals a route can waive (`loosen = ["content-type", "query"]`).

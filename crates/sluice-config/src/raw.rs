@@ -59,6 +59,21 @@ pub(crate) struct RawServer {
     pub h2c: Option<bool>,
     pub http2: Option<toml::Spanned<RawHttp2>>,
     pub tunnel_idle_timeout: Option<String>,
+    pub cors: Option<toml::Spanned<RawCors>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCors {
+    pub allow_origins: Option<Vec<String>>,
+    pub preflight: Option<String>,
+    pub max_age: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRouteCors {
+    pub allow_origins: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -135,6 +150,7 @@ pub(crate) struct RawRoute {
     pub loosen: Vec<String>,
     #[serde(default)]
     pub upgrades: Vec<String>,
+    pub cors: Option<RawRouteCors>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -57,6 +57,8 @@ pub struct InForce {
     pub observed: Observed,
     /// Where each request's line goes (`[access_log]`); `None`: no access log.
     access_log: Option<Arc<AccessLog>>,
+    /// Whether CORS is configured (the server's or a route's): only then is `Origin` read.
+    cors: bool,
 }
 
 impl InForce {
@@ -117,7 +119,9 @@ impl InForce {
                 })
             })
             .transpose()?;
+        let cors = crate::cors::configured(&config);
         Ok(Self {
+            cors,
             limiter,
             upstream,
             forwarding,
@@ -524,6 +528,19 @@ impl Handler for Gateway {
             sluice_http::lifecycle::Observe::refused(&loaded.observed, None, &refused.into());
             return begun.ended(Ok(respond::answer(answer)), slot, Outcome::Refused);
         }
+        if let Some(cors) = begun.cors.as_ref().filter(|c| c.uncharged_preflight()) {
+            // A CORS preflight asks what the page may send; it is not charged (its route does
+            // not list OPTIONS): answered here, or passed on unlimited.
+            let res = match &loaded.upstream {
+                Some(up) if !crate::cors::Asked::answered_here(&loaded.config) => {
+                    let (head, body) = req.into_parts();
+                    let body = ReplayBody::untouched(loaded.body_watch.watch(body));
+                    up.forward(Request::from_parts(head, body), &client, &loaded.forwarding).await
+                }
+                _ => cors.preflight_answer(&loaded.config),
+            };
+            return begun.ended(Ok(res), slot, Outcome::Preflight);
+        }
         let watching = Watching { observed: &loaded.observed, request_id: &begun.id, noted: begun.noted.as_ref() };
         let res = self.route(&loaded, peer, client, req, &watching).await;
         begun.ended(res, slot, Outcome::None)
@@ -539,6 +556,8 @@ struct Begun {
     line: Option<(Box<Entry>, Arc<AccessLog>)>,
     /// What the lifecycle and the proxy note as the request goes, when there is an access log.
     noted: Option<std::sync::Mutex<Noted>>,
+    /// What it asks of CORS, when CORS is configured and it has an `Origin`.
+    cors: Option<crate::cors::Asked>,
 }
 
 impl Begun {
@@ -547,7 +566,8 @@ impl Begun {
     fn new<B>(loaded: &InForce, peer: SocketAddr, req: &Request<B>, client: Option<&Client>) -> Self {
         let trusted = client.is_some_and(|c| c.peer_trusted);
         let id = RequestId::of(req.headers(), trusted);
-        let Some(log) = &loaded.access_log else { return Self { id, line: None, noted: None } };
+        let cors = if loaded.cors { crate::cors::Asked::of(&loaded.config, req) } else { None };
+        let Some(log) = &loaded.access_log else { return Self { id, line: None, noted: None, cors } };
         let resolved = client.map_or(peer.ip(), |c| c.ip);
         let logged = match log.client() {
             sluice_config::ClientInLog::Address => LoggedClient::Address {
@@ -577,7 +597,7 @@ impl Begun {
             bytes: 0,
             duration: Duration::ZERO,
         };
-        Self { id, line: Some((Box::new(entry), Arc::clone(log))), noted: Some(Default::default()) }
+        Self { id, line: Some((Box::new(entry), Arc::clone(log))), noted: Some(Default::default()), cors }
     }
 
     /// The request ends with `res` (`outcome` unless the lifecycle said another): its id echoed,
@@ -606,6 +626,12 @@ impl Begun {
         let ending = Ending::new(slot, line);
         let mut res = res?;
         res.headers_mut().insert(request_id::HEADER, self.id.header().clone());
+        if let Some(cors) = &self.cors {
+            match res.body() {
+                Either::Left(_) => cors.own_answer(res.headers_mut()),
+                Either::Right(_) => cors.upstream_answer(res.headers_mut()),
+            }
+        }
         if let Some(tunnel) = res.extensions().get::<Tunnel>() {
             // A relayed WebSocket is one request in flight for as long as it lives.
             tunnel.hold(ending);

@@ -41,6 +41,7 @@ pub mod access_log;
 pub mod admin;
 pub mod body;
 pub mod client_slots;
+pub mod cors;
 pub mod decision_api;
 pub mod error;
 pub mod forward_auth;

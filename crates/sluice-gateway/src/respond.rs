@@ -37,6 +37,13 @@ pub fn error(status: u16, code: &str, message: &str) -> Response<Body> {
     answer(Answer::error(status_code(status), code, message))
 }
 
+/// A response with no body (`204`, a preflight's answer).
+pub fn empty(status: StatusCode) -> Response<Body> {
+    let mut res = Response::new(full(Bytes::new()));
+    *res.status_mut() = status;
+    res
+}
+
 fn status_code(status: u16) -> StatusCode {
     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }

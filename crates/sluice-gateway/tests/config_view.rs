@@ -68,6 +68,11 @@ decision_api = true
 h2c = true
 tunnel_idle_timeout = "90s"
 
+[server.cors]
+allow_origins = ["https://app.example"]
+preflight = "answer"
+max_age = "5m"
+
 [server.http2]
 max_concurrent_streams = 64
 max_header_list_size = 8192
@@ -118,6 +123,7 @@ cost = 2
 exact = true
 loosen = ["query"]
 upgrades = ["websocket"]
+cors = {{ allow_origins = ["*"] }}
 limits = [
   {{ policy = "window", key = ["json:/email", "route"], cost = 1 }},
   {{ key = "jwt:sub|user", policy_by = "jwt:plan", policies = {{ pro = "bucket" }}, default_policy = "leaky", cost_from = "response-header:x-usage" }},

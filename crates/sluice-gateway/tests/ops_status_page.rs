@@ -6,75 +6,16 @@
 //!
 //! Chromium is Debian's `chromium` package.
 
+mod browser;
 mod common;
 mod ops_support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use common::{Client, T0};
 use ops_support::{STATUS_CONFIG, gateway_on, memory_store};
 use sluice_core::ManualClock;
 use sluice_gateway::observe::{Observer, ThreadRandom};
-
-const INSTALL: &str = "apt-get install chromium";
-
-/// A temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        let dir = std::env::temp_dir().join(format!("sluice-status-page-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Headless Chromium on `url` with `extra` flags, its own profile in `dir`; its stdout.
-fn chromium(dir: &Path, url: &str, extra: &[String]) -> String {
-    let profile = dir.join(format!("profile-{}", extra.len()));
-    let mut child = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--virtual-time-budget=5000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(extra)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("chromium could not be started ({e}); install it: {INSTALL}"));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().expect("chromium's status").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish within 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("chromium's output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "chromium failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-    stdout
-}
 
 /// The markup of the first `<tr>` whose opening tag holds every one of `attrs`.
 fn row<'a>(dom: &'a str, attrs: &[&str]) -> &'a str {
@@ -101,7 +42,7 @@ fn field<'a>(markup: &'a str, field: &str) -> &'a str {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_browser_renders_the_live_counts_the_denied_key_the_store_and_the_configuration() {
-    ops_support_require_chromium();
+    browser::require_chromium();
     let clock = Arc::new(ManualClock::new(T0));
     let store = memory_store(STATUS_CONFIG, &clock);
     let observer = Arc::new(Observer::with_sources(clock.clone(), Arc::new(ThreadRandom)));
@@ -118,10 +59,10 @@ async fn a_browser_renders_the_live_counts_the_denied_key_the_store_and_the_conf
     let status = Client::new(admin).get("/status.json", &[]).await.json();
     let hash = status["top_denied"][0]["key_hash"].as_str().expect("a denied key").to_owned();
 
-    let dir = TempDir::new();
+    let dir = browser::TempDir::new();
     let url = format!("http://{admin}/");
     let (dom_dir, shot_dir) = (dir.0.clone(), dir.0.clone());
-    let dom = tokio::task::spawn_blocking(move || chromium(&dom_dir, &url, &["--dump-dom".into()]));
+    let dom = tokio::task::spawn_blocking(move || browser::chromium(&dom_dir, &url, &["--dump-dom".into()]));
     let dom = dom.await.expect("chromium ran");
 
     // The script ran (under the page's policy) and rendered the live state.
@@ -145,19 +86,11 @@ async fn a_browser_renders_the_live_counts_the_denied_key_the_store_and_the_conf
 
     let png = shot_dir.join("status.png");
     let flags = vec![format!("--screenshot={}", png.display()), "--window-size=1280,860".into()];
-    let shot = tokio::task::spawn_blocking(move || chromium(&shot_dir, &format!("http://{admin}/"), &flags));
+    let shot = tokio::task::spawn_blocking(move || browser::chromium(&shot_dir, &format!("http://{admin}/"), &flags));
     shot.await.expect("chromium ran");
     let bytes = std::fs::read(&png).expect("the screenshot was written");
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000, "not a screenshot: {} bytes", bytes.len());
     if let Some(to) = std::env::var_os("SLUICE_STATUS_PNG") {
         std::fs::copy(&png, to).expect("copy the screenshot");
-    }
-}
-
-/// Fails with the install hint when Chromium cannot run.
-fn ops_support_require_chromium() {
-    let ran = Command::new("chromium").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if let Err(e) = ran {
-        panic!("chromium is needed by this test and could not be run ({e}); install it: {INSTALL}");
     }
 }

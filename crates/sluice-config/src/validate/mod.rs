@@ -3,6 +3,7 @@
 
 mod access_log;
 mod address;
+mod cors;
 mod decision_api;
 mod decision_log;
 mod forward_auth;

@@ -190,5 +190,9 @@ pub(super) fn route(
             }
         }
     }
-    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits, loosen, websocket })
+    let cors = r
+        .cors
+        .map(|c| super::cors::origins(c.allow_origins).map_err(|m| err("cors", format!("allow_origins: {m}"))))
+        .transpose()?;
+    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits, loosen, websocket, cors })
 }

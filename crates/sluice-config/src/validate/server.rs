@@ -139,6 +139,7 @@ pub(super) fn server(
             })
         }
     };
+    let cors = s.cors.map(|c| super::cors::cors(src, c)).transpose()?;
     let http2 = match s.http2 {
         None => Http2Limits::default(),
         Some(h) => {
@@ -203,6 +204,7 @@ pub(super) fn server(
         h2c: s.h2c.unwrap_or(false),
         http2,
         tunnel_idle_timeout,
+        cors,
     };
     Ok((server, s.decision_api))
 }

@@ -160,6 +160,8 @@ pub enum Outcome {
     Unmatched,
     /// Shed before anything was decided (`max_in_flight`, `max_in_flight_per_client`).
     Shed,
+    /// A CORS preflight, not charged (passed on or answered).
+    Preflight,
     /// Not decided by a route's limits (the decision API, forward-auth's endpoint, an upgrade
     /// refused).
     None,
@@ -176,6 +178,7 @@ impl Outcome {
             Outcome::Refused => "refused",
             Outcome::Unmatched => "unmatched",
             Outcome::Shed => "shed",
+            Outcome::Preflight => "preflight",
             Outcome::None => "-",
         }
     }

@@ -59,6 +59,14 @@ pub fn config_json(c: &Config) -> Value {
                 "max_header_list_size": s.http2.max_header_list_size,
                 "max_frame_size": s.http2.max_frame_size,
             },
+            "cors": s.cors.as_ref().map(|c| json!({
+                "allow_origins": origins(&c.allow_origins),
+                "preflight": match c.preflight {
+                    sluice_config::Preflight::Pass => "pass",
+                    sluice_config::Preflight::Answer => "answer",
+                },
+                "max_age_ms": c.max_age / NANOS_PER_MILLI,
+            })),
         },
         "decision_api": {
             "enabled": c.decision_api.enabled,
@@ -82,6 +90,7 @@ pub fn config_json(c: &Config) -> Value {
             "methods": r.methods,
             "loosen": r.loosen.names(),
             "upgrades": if r.websocket { vec!["websocket"] } else { vec![] },
+            "cors": r.cors.as_ref().map(|o| json!({ "allow_origins": origins(o) })),
             "limits": r.limits.iter().map(|l| {
                 let mut v = json!({
                     "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),
@@ -265,6 +274,14 @@ fn store_json(s: &StoreConfig) -> Value {
             "timeout_ms": timeout_ms,
             "key_prefix": key_prefix,
         }),
+    }
+}
+
+/// An `allow_origins` list as the file writes it.
+fn origins(o: &sluice_config::Origins) -> Vec<String> {
+    match o {
+        sluice_config::Origins::Any => vec!["*".into()],
+        sluice_config::Origins::List(list) => list.clone(),
     }
 }
 

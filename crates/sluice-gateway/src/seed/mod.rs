@@ -254,6 +254,7 @@ fn seed_route() -> Route {
             plan: None,
         }],
         loosen: Loosen::default(),
+        cors: None,
         websocket: false,
     }
 }

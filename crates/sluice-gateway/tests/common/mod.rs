@@ -237,6 +237,7 @@ impl http_body::Body for ChannelBody {
 /// - `/stream`: answers `first-chunk`, then `second-chunk` once the armed gate opens;
 /// - `/big?len=N`: answers N bytes of [`pattern`];
 /// - `/hop`: answers with hop-by-hop headers a proxy must drop;
+/// - `/cors`: answers with its own CORS grant to `https://app.example`, exposing `X-Upstream`;
 /// - anything else: reads the whole body and echoes `{method, path, headers, len, fnv}`.
 pub async fn upstream() -> Upstream {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
@@ -285,6 +286,11 @@ async fn upstream_answer(state: Upstream, req: Request<axum::body::Body>) -> Res
                 req.uri().query().and_then(|q| q.strip_prefix("len=")).and_then(|n| n.parse().ok()).unwrap_or(1024);
             Response::new(axum::body::Body::from(pattern(len)))
         }
+        "cors" => Response::builder()
+            .header("access-control-allow-origin", "https://app.example")
+            .header("access-control-expose-headers", "X-Upstream")
+            .body(axum::body::Body::from("cors"))
+            .unwrap(),
         "hop" => Response::builder()
             .header("connection", "x-upstream-hop")
             .header("x-upstream-hop", "secret")
