@@ -19,6 +19,9 @@ pub struct Config {
     pub server: Server,
     /// Where admitted requests go; `None` means sluice answers them itself.
     pub upstream: Option<Upstream>,
+    /// `[[upstreams]]`: named upstreams of one or more targets, which routes name
+    /// (`upstream = "name"`); a route that names none goes to `[upstream]`.
+    pub upstreams: Vec<UpstreamGroup>,
     /// Named policies, in file order; routes refer to them by index.
     pub policies: Vec<PolicyConfig>,
     /// Routes, in file order; the first match wins.
@@ -526,6 +529,49 @@ pub struct Upstream {
     pub timeout: Nanos,
 }
 
+/// `[[upstreams]]`: a named service of one or more targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamGroup {
+    /// What routes call it.
+    pub name: String,
+    /// Its targets, each an upstream as `[upstream]` describes one (their TLS, protocol and
+    /// timeout are the group's).
+    pub targets: Vec<Upstream>,
+    /// How a target is picked for a request.
+    pub balance: Balance,
+    /// When a failing target is taken out of the rotation (passive health).
+    pub eject: Ejection,
+}
+
+/// `upstreams.balance`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Balance {
+    /// Each target in turn (the default).
+    RoundRobin,
+    /// The target with the fewest requests waiting for their response head.
+    LeastRequests,
+    /// The target the request's `hash_key` hashes to (rendezvous hashing: a key keeps its
+    /// target while that target is up, and only the keys of a target that goes move).
+    Hash(KeySpec),
+}
+
+/// `upstreams.eject_after`, `eject_for`, `eject_on_5xx`: passive health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ejection {
+    /// Consecutive failures (a connection refused or reset, a response head not in time, a 5xx
+    /// with `on_5xx`) that take a target out; 0: never.
+    pub after: u32,
+    /// How long the first ejection lasts; each ejection in a row doubles it, up to 64 times.
+    pub base: Nanos,
+    /// Whether a 5xx from the target counts as a failure.
+    pub on_5xx: bool,
+}
+
+impl Ejection {
+    /// No ejection: `[upstream]`'s one target is always tried.
+    pub const NEVER: Ejection = Ejection { after: 0, base: 0, on_5xx: false };
+}
+
 /// `[[policy]]`
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyConfig {
@@ -572,6 +618,9 @@ pub struct Route {
     /// `cors = { allow_origins = [...] }`: the origins of this route, in place of
     /// `[server.cors]`'s.
     pub cors: Option<Origins>,
+    /// `upstream = "name"`: the `[[upstreams]]` its requests go to (an index into
+    /// [`Config::upstreams`]); `None`: `[upstream]`.
+    pub upstream: Option<usize>,
 }
 
 /// Refusals a route can waive (`loosen = ["content-type", "query"]`).

@@ -11,6 +11,8 @@ pub(crate) struct RawConfig {
     pub server: Option<Spanned<RawServer>>,
     pub upstream: Option<Spanned<RawUpstream>>,
     #[serde(default)]
+    pub upstreams: Vec<Spanned<RawUpstreams>>,
+    #[serde(default)]
     pub policy: Vec<Spanned<RawPolicy>>,
     #[serde(default)]
     pub route: Vec<Spanned<RawRoute>>,
@@ -104,6 +106,23 @@ pub(crate) struct RawTlsPair {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstreams {
+    pub name: String,
+    pub targets: Vec<String>,
+    pub balance: Option<String>,
+    pub hash_key: Option<RawKey>,
+    pub ca: Option<String>,
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
+    pub http2: Option<bool>,
+    pub timeout_ms: Option<u64>,
+    pub eject_after: Option<u32>,
+    pub eject_for: Option<String>,
+    pub eject_on_5xx: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct RawUpstream {
     pub url: String,
     pub ca: Option<String>,
@@ -151,6 +170,7 @@ pub(crate) struct RawRoute {
     #[serde(default)]
     pub upgrades: Vec<String>,
     pub cors: Option<RawRouteCors>,
+    pub upstream: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -457,3 +457,50 @@ fn a_route_cannot_read_a_cost_from_response_extensions() {
     let e = error_of(text);
     assert!(e.contains("route[0].limits[0].cost_from: `response-extension` is for the tower layer"), "{e}");
 }
+
+#[test]
+fn upstreams_and_cors_are_read_and_their_mistakes_named() {
+    const POLICY: &str = "[[policy]]\nname = \"p\"\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1m\"\n";
+    let ok = parse(
+        "ok.toml",
+        &format!(
+            "[[upstreams]]\nname = \"api\"\ntargets = [\"http://10.0.0.1:80\", \"http://10.0.0.2:80\"]\nbalance = \"hash\"\n\
+             hash_key = \"header:x-user|ip\"\n\n{POLICY}\n[[route]]\npath = \"/api/*\"\nupstream = \"api\"\n\
+             limits = [{{ policy = \"p\", key = \"ip\" }}]\n"
+        ),
+    )
+    .unwrap();
+    assert_eq!(ok.routes[0].upstream, Some(0));
+    assert_eq!(ok.upstreams[0].targets.len(), 2);
+    assert_eq!(ok.upstreams[0].eject, sluice_config::Ejection { after: 3, base: 5_000_000_000, on_5xx: false });
+
+    let e = error_of(&format!(
+        "{POLICY}\n[[route]]\npath = \"/x\"\nupstream = \"nope\"\nlimits = [{{ policy = \"p\", key = \"ip\" }}]\n"
+    ));
+    assert!(e.starts_with("bad.toml:9: route[0].upstream: no `[[upstreams]]` is named `nope` (known: none)"), "{e}");
+    let e = error_of("[[upstreams]]\nname = \"a\"\ntargets = []\n");
+    assert!(e.starts_with("bad.toml:3: upstreams[0].targets: lists no target"), "{e}");
+    let e = error_of("[[upstreams]]\nname = \"a\"\ntargets = [\"http://h:1\"]\nbalance = \"hash\"\n");
+    assert!(e.starts_with("bad.toml:4: upstreams[0].balance: `hash` needs `hash_key`"), "{e}");
+    let e = error_of(
+        "[[upstreams]]\nname = \"a\"\ntargets = [\"http://h:1\"]\nbalance = \"hash\"\nhash_key = \"json:/user\"\n",
+    );
+    assert!(e.contains("upstreams[0].hash_key: reads what every request carries in its head"), "{e}");
+    let e = error_of("[[upstreams]]\nname = \"a\"\ntargets = [\"ftp://h:1\"]\n");
+    assert!(e.starts_with("bad.toml:3: upstreams[0].targets: `ftp://h:1` must start with http:// or https://"), "{e}");
+    let e = error_of(
+        "[[upstreams]]\nname = \"a\"\ntargets = [\"http://h:1\"]\n[[upstreams]]\nname = \"a\"\ntargets = [\"http://h:2\"]\n",
+    );
+    assert!(e.starts_with("bad.toml:5: upstreams[1].name:"), "{e}");
+
+    let e = error_of("[server.cors]\nallow_origins = [\"https://app.example/\"]\n");
+    assert!(e.starts_with("bad.toml:2: server.cors.allow_origins: `https://app.example/` is not an origin"), "{e}");
+    let e = error_of("[server.cors]\nallow_origins = [\"null\"]\n");
+    assert!(e.contains("`null` is the origin of sandboxed frames"), "{e}");
+    let e = error_of("[server.cors]\nallow_origins = [\"*\"]\npreflight = \"charge\"\n");
+    assert!(e.starts_with("bad.toml:3: server.cors.preflight:"), "{e}");
+    let e = error_of("[access_log]\npath = \"/nonexistent-dir-of-sluice/access.log\"\n");
+    assert!(e.starts_with("bad.toml:2: access_log.path:") && e.contains("does not exist"), "{e}");
+    let e = error_of("[access_log]\npath = \"-\"\nformat = \"clf\"\n");
+    assert!(e.starts_with("bad.toml:3: access_log.format: `clf` is not a format"), "{e}");
+}

@@ -189,6 +189,11 @@ impl ReplayBody {
         Self { prefix: None, trailers: None, rest: Some(body) }
     }
 
+    /// No body (a request sent again to another target: only a bodiless one is).
+    pub fn empty() -> Self {
+        Self { prefix: None, trailers: None, rest: None }
+    }
+
     /// The body itself again, when nothing of it was read yet.
     pub fn into_untouched(self) -> Option<ClientBody> {
         match self {

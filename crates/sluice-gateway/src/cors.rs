@@ -23,6 +23,8 @@ pub struct Asked {
     allow: Option<HeaderValue>,
     /// A preflight that is not charged: its method and headers asked for.
     preflight: Option<(HeaderValue, Option<HeaderValue>)>,
+    /// The route of the request the page means (a preflight's: the method it names).
+    route: Option<usize>,
 }
 
 /// Whether any CORS is configured (the server's, or a route's).
@@ -41,7 +43,8 @@ impl Asked {
         let path = sluice_http::pipeline::route_path(req.uri().path()).ok();
         // The route of the request the page means: a preflight names its method.
         let method = preflight_method.and_then(|m| m.to_str().ok()).unwrap_or(req.method().as_str());
-        let route = path.as_deref().and_then(|p| sluice_config::find_route(&config.routes, method, p)).map(|(_, r)| r);
+        let found = path.as_deref().and_then(|p| sluice_config::find_route(&config.routes, method, p));
+        let (route_index, route) = (found.map(|(i, _)| i), found.map(|(_, r)| r));
         let allowed = match (route.and_then(|r| r.cors.as_ref()), &config.server.cors) {
             (Some(own), _) => own,
             (None, Some(server)) => &server.allow_origins,
@@ -63,7 +66,12 @@ impl Asked {
             }
             _ => None,
         };
-        Some(Self { allow, preflight })
+        Some(Self { allow, preflight, route: route_index })
+    }
+
+    /// The route of the request the page means, by position.
+    pub fn route(&self) -> Option<usize> {
+        self.route
     }
 
     /// Whether it is a preflight that is not charged (passed on, or answered).
@@ -74,7 +82,8 @@ impl Asked {
     /// Whether a preflight is answered by sluice rather than passed on (`preflight = "answer"`,
     /// or no upstream to pass it to).
     pub fn answered_here(config: &Config) -> bool {
-        config.upstream.is_none() || config.server.cors.as_ref().is_some_and(|c| c.preflight == Preflight::Answer)
+        (config.upstream.is_none() && config.upstreams.is_empty())
+            || config.server.cors.as_ref().is_some_and(|c| c.preflight == Preflight::Answer)
     }
 
     /// sluice's answer to an uncharged preflight: 204, the origin (when allowed), the method

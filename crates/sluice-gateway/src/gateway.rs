@@ -27,13 +27,15 @@ use crate::decision_api;
 use crate::error::GatewayError;
 use crate::forward_auth;
 use crate::observe::{Observed, Observer};
-use crate::proxy::{Forwarding, Upstream};
+use crate::proxy::Forwarding;
 use crate::request_id::{self, RequestId};
 use crate::reservations::Reservations;
 use crate::respond::{self, Body};
 use crate::serve::{Dropped, Handler};
 use crate::stores::StoreBuilder;
 use crate::tunnel::{ClientUpgrade, Tunnel};
+use crate::upstreams::health::HealthBook;
+use crate::upstreams::{Group, Upstreams};
 
 /// One loaded configuration and everything derived from it.
 pub struct InForce {
@@ -42,7 +44,7 @@ pub struct InForce {
     /// The decision pipeline over this configuration's policies and store.
     pub limiter: Limiter,
     /// Where admitted requests go; `None`: the gateway answers them itself.
-    upstream: Option<Upstream>,
+    upstreams: Upstreams,
     /// How the upstream is told who the client is (identity headers from untrusted peers go).
     forwarding: Forwarding,
     /// Body reads in progress per client, capped.
@@ -69,17 +71,12 @@ impl InForce {
         store: Arc<dyn Store>,
         hasher: KeyHasher,
         observer: &Arc<Observer>,
+        health: &HealthBook,
     ) -> Result<Self, GatewayError> {
-        let upstream = config
-            .upstream
-            .as_ref()
-            .map(|u| {
-                Ok::<_, GatewayError>(
-                    Upstream::of_config(u)?.counting_tls_errors(observer.metrics().upstream_tls_errors()),
-                )
-            })
-            .transpose()?;
-        let decision_api = config.decision_api.enabled.unwrap_or(config.upstream.is_none());
+        let metrics = observer.metrics();
+        let upstreams = Upstreams::of_config(&config, health, &metrics.upstream_tls_errors(), metrics.upstreams())?;
+        health.retain(|name, url| upstreams.in_use().any(|(n, u)| n == name && u == url));
+        let decision_api = config.decision_api.enabled.unwrap_or(!upstreams.any());
         let observed = Observed::resolve(observer, &config, store.kind());
         let limiter = Limiter::of_config(&config, store, hasher);
         let s = &config.server;
@@ -123,7 +120,7 @@ impl InForce {
         Ok(Self {
             cors,
             limiter,
-            upstream,
+            upstreams,
             forwarding,
             body_reads,
             body_watch,
@@ -149,7 +146,7 @@ impl InForce {
     fn relays_websocket<B>(&self, req: &Request<B>) -> bool {
         let Ok(path) = sluice_http::pipeline::route_path(req.uri().path()) else { return false };
         let route = sluice_config::find_route(&self.config.routes, req.method().as_str(), &path);
-        self.upstream.is_some() && route.is_some_and(|(_, r)| r.websocket)
+        route.is_some_and(|(_, r)| r.websocket && self.upstreams.for_route(Some(r)).is_some())
     }
 }
 
@@ -167,6 +164,8 @@ pub struct Gateway {
     in_flight: Arc<ClientSlots>,
     /// Metric families and decision log sources, kept across reloads.
     observer: Arc<Observer>,
+    /// Every upstream target's health, kept across reloads for targets that stay.
+    health: HealthBook,
 }
 
 impl Gateway {
@@ -187,9 +186,10 @@ impl Gateway {
             None => KeyHasher::random(),
         };
         let store = stores.build(&config, None)?;
-        let loaded = InForce::new(config, store, hasher.clone(), &observer)?;
+        let health = HealthBook::default();
+        let loaded = InForce::new(config, store, hasher.clone(), &observer, &health)?;
         let in_flight = Arc::new(ClientSlots::new());
-        Ok(Self { current: ArcSwap::from_pointee(loaded), stores, hasher, in_flight, observer })
+        Ok(Self { current: ArcSwap::from_pointee(loaded), stores, hasher, in_flight, observer, health })
     }
 
     /// Replaces the configuration. A configuration whose store cannot be built is refused and
@@ -229,7 +229,7 @@ impl Gateway {
             return Err(GatewayError::NeedsRestart("server.http2"));
         }
         let store = self.stores.build(&config, Some(running.store()))?;
-        let loaded = InForce::new(config, store, self.hasher.clone(), &self.observer)?;
+        let loaded = InForce::new(config, store, self.hasher.clone(), &self.observer, &self.health)?;
         self.current.store(Arc::new(loaded));
         Ok(())
     }
@@ -299,13 +299,41 @@ struct Proxied<'l> {
 }
 
 impl Proxied<'_> {
-    /// `req` forwarded to `up`, its latency noted for the access log.
-    async fn forward(&self, up: &Upstream, req: Request<ReplayBody>) -> Response<Body> {
-        let Some(noted) = self.noted else { return up.forward(req, self.client, &self.loaded.forwarding).await };
-        let asked = std::time::Instant::now();
-        let res = up.forward(req, self.client, &self.loaded.forwarding).await;
-        noted.lock().unwrap_or_else(|p| p.into_inner()).upstream = Some((up.authority().to_string(), asked.elapsed()));
+    /// `req` forwarded to a target of `group` (balanced on `route`'s name), the target and its
+    /// latency noted for the access log.
+    async fn forward(&self, group: &Group, req: Request<ReplayBody>, route: &str) -> Response<Body> {
+        let hash = self.balance_hash(group, req.method().as_str(), req.uri().path(), req.headers(), route);
+        let (res, target) = group.forward(req, self.client, &self.loaded.forwarding, hash).await;
+        if let (Some(noted), Some(target)) = (self.noted, target) {
+            noted.lock().unwrap_or_else(|p| p.into_inner()).upstream = Some(target);
+        }
         res
+    }
+
+    /// What a request is balanced by in `group` (0 unless it balances by hash).
+    fn balance_hash(&self, group: &Group, method: &str, path: &str, headers: &http::HeaderMap, route: &str) -> u64 {
+        if group.hash_key().is_none() {
+            return 0;
+        }
+        let facts = sluice_http::keys::RequestFacts {
+            method,
+            path,
+            route,
+            client: self.client,
+            headers,
+            tls: None,
+            body: None,
+        };
+        crate::upstreams::request_hash(group, self.loaded.limiter.keys(), &facts)
+    }
+
+    /// The group of the route counted as `at` in `loaded` (`[upstream]` for anything else).
+    fn group<'a>(loaded: &'a InForce, at: Counted<'_>) -> Option<&'a Group> {
+        let route = match at {
+            Counted::Route(i, _) => loaded.config.routes.get(i),
+            Counted::Named(_) => None,
+        };
+        loaded.upstreams.for_route(route)
     }
 }
 
@@ -343,12 +371,17 @@ impl Face for Proxied<'_> {
     ) -> Result<Response<Body>, Dropped> {
         let loaded = self.loaded;
         let mut head = head;
-        if let (Some(up), Some(upgrade)) = (&loaded.upstream, head.extensions.remove::<ClientUpgrade>()) {
+        let group = Self::group(loaded, at);
+        if let (Some(group), Some(upgrade)) = (group, head.extensions.remove::<ClientUpgrade>()) {
             let idle = Duration::from_nanos(loaded.config.server.tunnel_idle_timeout);
-            return Ok(up.tunnel(head, upgrade, self.client, &loaded.forwarding, idle).await);
+            let hash = self.balance_hash(group, head.method.as_str(), head.uri.path(), &head.headers, at.name());
+            return Ok(match group.tunnel_target(hash) {
+                Some(up) => up.tunnel(head, upgrade, self.client, &loaded.forwarding, idle).await,
+                None => group.none_up(),
+            });
         }
-        Ok(match (&loaded.upstream, self.body.take()) {
-            (Some(up), Some(body)) => self.forward(up, Request::from_parts(head, body)).await,
+        Ok(match (group, self.body.take()) {
+            (Some(group), Some(body)) => self.forward(group, Request::from_parts(head, body), at.name()).await,
             (Some(_), None) => respond::answer(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
             (None, _) => respond::json(200, &respond::Allowed { status: "allowed", route: at.name() }),
         })
@@ -364,8 +397,8 @@ impl Face for Proxied<'_> {
     async fn unmatched(self, mut head: http::request::Parts) -> Result<Response<Body>, Dropped> {
         // No limit decided it: it is over no soft limit, whatever its client says.
         sluice_http::headers::mark_soft_limited(&mut head.headers, []);
-        Ok(match (&self.loaded.upstream, self.body.take()) {
-            (Some(up), Some(body)) => self.forward(up, Request::from_parts(head, body)).await,
+        Ok(match (self.loaded.upstreams.for_route(None), self.body.take()) {
+            (Some(group), Some(body)) => self.forward(group, Request::from_parts(head, body), "").await,
             _ => respond::error(404, "not_found", "No such route."),
         })
     }
@@ -531,11 +564,12 @@ impl Handler for Gateway {
         if let Some(cors) = begun.cors.as_ref().filter(|c| c.uncharged_preflight()) {
             // A CORS preflight asks what the page may send; it is not charged (its route does
             // not list OPTIONS): answered here, or passed on unlimited.
-            let res = match &loaded.upstream {
-                Some(up) if !crate::cors::Asked::answered_here(&loaded.config) => {
+            let route = cors.route().and_then(|i| loaded.config.routes.get(i));
+            let res = match loaded.upstreams.for_route(route) {
+                Some(group) if !crate::cors::Asked::answered_here(&loaded.config) => {
                     let (head, body) = req.into_parts();
                     let body = ReplayBody::untouched(loaded.body_watch.watch(body));
-                    up.forward(Request::from_parts(head, body), &client, &loaded.forwarding).await
+                    group.forward(Request::from_parts(head, body), &client, &loaded.forwarding, 0).await.0
                 }
                 _ => cors.preflight_answer(&loaded.config),
             };

@@ -57,3 +57,4 @@ pub mod stores;
 pub mod timer;
 pub mod tls;
 pub mod tunnel;
+pub mod upstreams;

@@ -164,16 +164,27 @@ impl Upstream {
     /// let stall is answered 400 or 408 (see [`ClientBodyError`]): the upstream request was
     /// aborted and its connection closed, never reused, whatever part of the body it received.
     pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
+        self.send(req, client, forwarding).await.unwrap_or_else(|failed| failed.answer)
+    }
+
+    /// [`Upstream::forward`], saying how it failed when it did (for passive health checks and
+    /// retries), the answer to give ready in the failure.
+    pub async fn send(
+        &self,
+        req: Request<ReplayBody>,
+        client: &Client,
+        forwarding: &Forwarding,
+    ) -> Result<Response<Body>, Failure> {
         let (mut parts, body) = req.into_parts();
         if let Err(e) = self.addressed(&mut parts) {
-            return e.answer();
+            return Err(Failure { kind: FailureKind::Client, answer: e.answer() });
         }
         strip_hop_by_hop(&mut parts.headers);
         forwarding.apply(&mut parts.headers, client);
         let sent = if self.http2 {
             // Every request goes as a stream; its body, of any length, in DATA frames.
             if let Err(e) = self.in_absolute_form(&mut parts) {
-                return e.answer();
+                return Err(Failure { kind: FailureKind::Client, answer: e.answer() });
             }
             self.pool().send_multiplexed(Request::from_parts(parts, body), self.timeout).await
         } else if http_body::Body::is_end_stream(&body) {
@@ -200,20 +211,52 @@ impl Upstream {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
                 parts.version = http::Version::HTTP_11;
-                Response::from_parts(parts, Either::Right(Metered::new(body)))
+                Ok(Response::from_parts(parts, Either::Right(Metered::new(body))))
             }
-            Err(SendError::Timeout) => {
-                respond::error(504, "gateway_timeout", "The upstream service did not answer in time.")
-            }
+            Err(SendError::Timeout) => Err(Failure {
+                kind: FailureKind::Timeout,
+                answer: respond::error(504, "gateway_timeout", "The upstream service did not answer in time."),
+            }),
             Err(e) => match ClientBodyError::cause_of(&e) {
-                Some(cut) => respond::answer(cut.answer()),
+                Some(cut) => Err(Failure { kind: FailureKind::Client, answer: respond::answer(cut.answer()) }),
                 None => {
                     self.failed(&e);
-                    respond::error(502, "bad_gateway", "The upstream service is unavailable.")
+                    let kind = match e {
+                        SendError::Connect(_) => FailureKind::NotSent,
+                        _ => FailureKind::Broken,
+                    };
+                    Err(Failure {
+                        kind,
+                        answer: respond::error(502, "bad_gateway", "The upstream service is unavailable."),
+                    })
                 }
             },
         }
     }
+}
+
+/// How a request to the upstream failed, and the answer to give for it.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong.
+    pub kind: FailureKind,
+    /// The client's answer (502, 504, or the client's own fault: 400, 408).
+    pub answer: Response<Body>,
+}
+
+/// What went wrong sending a request to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// No connection could be opened (refused, reset, TLS failed): nothing of the request was
+    /// sent, so it can go to another target.
+    NotSent,
+    /// No response head came in time.
+    Timeout,
+    /// The exchange broke after the request was (maybe) sent.
+    Broken,
+    /// The client's fault (its body broke or stalled; a target that cannot be forwarded): the
+    /// upstream is not to blame.
+    Client,
 }
 
 impl Upstream {

@@ -124,6 +124,7 @@ exact = true
 loosen = ["query"]
 upgrades = ["websocket"]
 cors = {{ allow_origins = ["*"] }}
+upstream = "search"
 limits = [
   {{ policy = "window", key = ["json:/email", "route"], cost = 1 }},
   {{ key = "jwt:sub|user", policy_by = "jwt:plan", policies = {{ pro = "bucket" }}, default_policy = "leaky", cost_from = "response-header:x-usage" }},
@@ -165,6 +166,20 @@ audience = "api"
 leeway = "10s"
 on_invalid_token = "reject"
 cache_entries = 100
+
+[[upstreams]]
+name = "search"
+targets = ["https://127.0.0.1:9444", "https://127.0.0.1:9445"]
+balance = "hash"
+hash_key = "header:x-user|ip"
+ca = "{cert}"
+client_cert = "{cert}"
+client_key = "{key}"
+http2 = true
+timeout_ms = 2500
+eject_after = 5
+eject_for = "20s"
+eject_on_5xx = true
 
 [forward_auth]
 path = "/v1/authz"

@@ -106,6 +106,24 @@ pub fn describe(c: &Config) -> String {
             if u.http2 { " (HTTP/2)" } else { "" }
         ))
     );
+    for g in &c.upstreams {
+        let balance = match &g.balance {
+            sluice_config::Balance::RoundRobin => "round-robin".to_string(),
+            sluice_config::Balance::LeastRequests => "least-requests".to_string(),
+            sluice_config::Balance::Hash(key) => format!("hash on {key}"),
+        };
+        let eject = match g.eject.after {
+            0 => "never ejected".to_string(),
+            n => format!(
+                "ejected after {n} failures in a row for {}{}",
+                sluice_config::format_duration(g.eject.base),
+                if g.eject.on_5xx { ", 5xx counting" } else { "" }
+            ),
+        };
+        let targets: Vec<String> =
+            g.targets.iter().map(|t| sluice_config::SecretUrl::new(t.url.clone()).to_string()).collect();
+        let _ = writeln!(out, "upstream {}: {} ({balance}; {eject})", g.name, targets.join(", "));
+    }
     if let Some(a) = &c.access_log {
         let to = match &a.to {
             sluice_config::LogDestination::Stdout => "stdout".to_string(),
@@ -152,7 +170,8 @@ pub fn describe(c: &Config) -> String {
     for r in &c.routes {
         let methods = r.methods.as_ref().map_or("any method".to_string(), |m| m.join(","));
         let exact = if r.path.exact { ", exact: no format suffix" } else { "" };
-        let _ = writeln!(out, "  {} [{}] ({methods}{exact})", r.path, r.name);
+        let to = r.upstream.map_or(String::new(), |i| format!(", to upstream {}", c.upstreams[i].name));
+        let _ = writeln!(out, "  {} [{}] ({methods}{exact}{to})", r.path, r.name);
         for l in &r.limits {
             let when = match &l.plan {
                 Some(p) => match &p.plan {
@@ -187,7 +206,7 @@ pub fn describe(c: &Config) -> String {
         }
     }
     let d = &c.decision_api;
-    let on = d.enabled.unwrap_or(c.upstream.is_none());
+    let on = d.enabled.unwrap_or(c.upstream.is_none() && c.upstreams.is_empty());
     let _ = writeln!(
         out,
         "decision api (POST /v1/check): {}",

@@ -125,8 +125,8 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
         }
         None => None,
     };
-    if let (Some(c), Some(l)) = (&certificates, listeners.take()) {
-        listeners = Some(l.with_tls(c.clone()));
+    if let Some(c) = &certificates {
+        listeners = listeners.map(|l| l.with_tls(c.clone()));
         tokio::spawn(c.clone().watch(TLS_WATCH_INTERVAL));
     }
     let rls = start_rls(&gateway).await?;
@@ -195,6 +195,7 @@ fn rls_only(config: &sluice_config::Config) -> bool {
     config.rls.is_some()
         && config.routes.is_empty()
         && config.upstream.is_none()
+        && config.upstreams.is_empty()
         && config.forward_auth.is_none()
         && config.decision_api.enabled != Some(true)
 }

@@ -13,6 +13,7 @@ mod route;
 mod server;
 mod store;
 mod upstream;
+mod upstreams;
 
 use std::collections::HashMap;
 
@@ -46,7 +47,9 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         policies.push(pc);
     }
     let route_spans: Vec<_> = raw.route.iter().map(|r| r.span()).collect();
-    let routes = raw
+    let upstreams = upstreams::upstreams(src, raw.upstreams)?;
+    let named_upstreams: Vec<Option<String>> = raw.route.iter().map(|r| r.get_ref().upstream.clone()).collect();
+    let mut routes = raw
         .route
         .into_iter()
         .enumerate()
@@ -55,13 +58,28 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
             route::route(src, i, &span, r.into_inner(), &by_name, &policies, (&server, &identity))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    for (i, name) in named_upstreams.into_iter().enumerate() {
+        let Some(name) = name else { continue };
+        let Some(at) = upstreams.iter().position(|u| u.name == name) else {
+            let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+            return Err(src.error(
+                Some(src.field_line(&route_spans[i], "upstream")),
+                format!("route[{i}].upstream"),
+                format!(
+                    "no `[[upstreams]]` is named `{name}` (known: {})",
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                ),
+            ));
+        };
+        routes[i].upstream = Some(at);
+    }
     for (i, p) in policies.iter_mut().enumerate() {
         if p.unit.is_none() && raw_units[i].is_none() {
             p.unit = inferred_unit(i, &routes);
         }
     }
     if upstream.is_none()
-        && let Some(i) = routes.iter().position(|r| r.websocket)
+        && let Some(i) = routes.iter().position(|r| r.websocket && r.upstream.is_none())
     {
         return Err(src.error(
             Some(src.field_line(&route_spans[i], "upgrades")),
@@ -134,6 +152,7 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
         access_log,
         server,
         upstream,
+        upstreams,
         policies,
         routes,
         store,

@@ -194,5 +194,15 @@ pub(super) fn route(
         .cors
         .map(|c| super::cors::origins(c.allow_origins).map_err(|m| err("cors", format!("allow_origins: {m}"))))
         .transpose()?;
-    Ok(Route { name: r.name.unwrap_or_else(|| r.path.clone()), path, methods, limits, loosen, websocket, cors })
+    // `upstream` names a `[[upstreams]]` entry: resolved once they are all read (`mod.rs`).
+    Ok(Route {
+        name: r.name.unwrap_or_else(|| r.path.clone()),
+        path,
+        methods,
+        limits,
+        loosen,
+        websocket,
+        cors,
+        upstream: None,
+    })
 }

@@ -8,9 +8,22 @@ use crate::raw::*;
 /// `[upstream]`.
 pub(super) fn upstream(src: &Source<'_>, raw: toml::Spanned<RawUpstream>) -> Result<Upstream, ConfigError> {
     let span = raw.span();
-    let u = raw.into_inner();
-    let err =
-        |field: &str, msg: String| src.error(Some(src.field_line(&span, field)), format!("upstream.{field}"), msg);
+    one(src, &span, "upstream", "url", raw.into_inner())
+}
+
+/// One upstream target: `u` read in the table `table` (`upstream`, `upstreams[2]`), whose URL
+/// is the field `url_field` (`url`, `targets`).
+pub(super) fn one(
+    src: &Source<'_>,
+    span: &std::ops::Range<usize>,
+    table: &str,
+    url_field: &str,
+    u: RawUpstream,
+) -> Result<Upstream, ConfigError> {
+    let err = |field: &str, msg: String| {
+        let field = if field == "url" { url_field } else { field };
+        src.error(Some(src.field_line(span, field)), format!("{table}.{field}"), msg)
+    };
     let (scheme, rest) = match (u.url.strip_prefix("http://"), u.url.strip_prefix("https://")) {
         (Some(rest), _) => ("http", rest),
         (_, Some(rest)) => ("https", rest),

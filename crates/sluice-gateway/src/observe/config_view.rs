@@ -82,6 +82,27 @@ pub fn config_json(c: &Config) -> Value {
             "client_key": u.client_cert.as_ref().map(|p| p.key.display().to_string()),
             "http2": u.http2,
         })),
+        "upstreams": c.upstreams.iter().map(|g| json!({
+            "name": g.name,
+            "targets": g.targets.iter().map(|t| SecretUrl::new(t.url.clone()).redacted()).collect::<Vec<_>>(),
+            "balance": match &g.balance {
+                sluice_config::Balance::RoundRobin => "round-robin".to_string(),
+                sluice_config::Balance::LeastRequests => "least-requests".to_string(),
+                sluice_config::Balance::Hash(_) => "hash".to_string(),
+            },
+            "hash_key": match &g.balance {
+                sluice_config::Balance::Hash(key) => Some(key.to_string()),
+                _ => None,
+            },
+            "ca": g.targets[0].ca.as_ref().map(|p| p.display().to_string()),
+            "client_cert": g.targets[0].client_cert.as_ref().map(|p| p.cert.display().to_string()),
+            "client_key": g.targets[0].client_cert.as_ref().map(|p| p.key.display().to_string()),
+            "http2": g.targets[0].http2,
+            "timeout_ms": g.targets[0].timeout / NANOS_PER_MILLI,
+            "eject_after": g.eject.after,
+            "eject_for_ms": g.eject.base / NANOS_PER_MILLI,
+            "eject_on_5xx": g.eject.on_5xx,
+        })).collect::<Vec<_>>(),
         "policies": c.policies.iter().map(|p| policy_json(&PolicyInfo::of_config(p))).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({
             "name": r.name,
@@ -91,6 +112,7 @@ pub fn config_json(c: &Config) -> Value {
             "loosen": r.loosen.names(),
             "upgrades": if r.websocket { vec!["websocket"] } else { vec![] },
             "cors": r.cors.as_ref().map(|o| json!({ "allow_origins": origins(o) })),
+            "upstream": r.upstream.map(|i| c.upstreams[i].name.clone()),
             "limits": r.limits.iter().map(|l| {
                 let mut v = json!({
                     "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),

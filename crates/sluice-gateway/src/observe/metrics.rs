@@ -69,6 +69,40 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// A target of a named upstream, and what happened (`sluice_upstream_responses_total`'s class,
+/// `sluice_upstream_failures_total`'s kind; empty for `sluice_upstream_ejections_total`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabels {
+    /// The upstream's name (`default` for `[upstream]`).
+    pub upstream: String,
+    /// The target, `host:port`.
+    pub target: String,
+    /// `2xx`... for responses, `connect`, `timeout`, `broken` for failures.
+    pub outcome: &'static str,
+}
+
+/// An upstream's name (`sluice_upstream_retries_total`, `sluice_upstream_unavailable_total`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    /// The upstream's name.
+    pub upstream: String,
+}
+
+/// What the upstreams count, shared by every configuration.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamMetrics {
+    /// `sluice_upstream_responses_total{upstream,target,outcome}`: response heads by class.
+    pub responses: Family<TargetLabels, Counter>,
+    /// `sluice_upstream_failures_total{upstream,target,outcome}`: connect, timeout, broken.
+    pub failures: Family<TargetLabels, Counter>,
+    /// `sluice_upstream_ejections_total{upstream,target,outcome=""}`.
+    pub ejections: Family<TargetLabels, Counter>,
+    /// `sluice_upstream_retries_total{upstream}`: requests sent again to another target.
+    pub retries: Family<UpstreamLabels, Counter>,
+    /// `sluice_upstream_unavailable_total{upstream}`: 503s because no target was up.
+    pub unavailable: Family<UpstreamLabels, Counter>,
+}
+
 /// `sluice_reservations_refused_total`: settlements and refunds refused, by why.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReservationLabels {
@@ -126,6 +160,8 @@ pub struct Metrics {
     /// `sluice_upstream_tls_errors_total`: connections to an `https://` upstream whose TLS
     /// failed, by reason.
     upstream_tls_errors: Family<ReasonLabels, Counter>,
+    /// The upstreams' responses, failures, ejections, retries and 503s.
+    upstreams: UpstreamMetrics,
     /// `sluice_request_body_errors_total`: request bodies cut, by reason.
     body_errors: Family<BodyErrorLabels, Counter>,
     /// `sluice_refused_total`: requests refused because readers could disagree on them, by
@@ -167,6 +203,7 @@ impl Metrics {
             shed_per_client: Counter::default(),
             upgrades_refused: Counter::default(),
             upstream_tls_errors: Family::default(),
+            upstreams: UpstreamMetrics::default(),
             body_errors: Family::default(),
             refused: Family::default(),
             reloads: Family::default(),
@@ -243,6 +280,39 @@ impl Metrics {
              unknown_issuer, expired, not_valid_for_name, bad_certificate, no_http2, handshake.",
             m.upstream_tls_errors.clone(),
         );
+        let u = &m.upstreams;
+        register(
+            &mut registry,
+            "sluice_upstream_responses",
+            "Response heads from each target of each upstream, by class (outcome: 2xx, 3xx, 4xx, 5xx).",
+            u.responses.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upstream_failures",
+            "Requests to a target that failed, by kind (outcome: connect — nothing sent; timeout — no response \
+             head in time; broken — the exchange broke).",
+            u.failures.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upstream_ejections",
+            "Times a target was taken out of its upstream's rotation after eject_after failures in a row.",
+            u.ejections.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upstream_retries",
+            "Requests sent again to another target after the first one could not be connected to (safe methods \
+             without a body only).",
+            u.retries.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upstream_unavailable",
+            "Requests answered 503 because every target of their upstream was ejected.",
+            u.unavailable.clone(),
+        );
         register(
             &mut registry,
             "sluice_refused",
@@ -302,6 +372,11 @@ impl Metrics {
     }
 
     /// The counters of request bodies cut, one per reason (created at zero).
+    /// The upstreams' families, for the upstreams to count into.
+    pub(crate) fn upstreams(&self) -> &UpstreamMetrics {
+        &self.upstreams
+    }
+
     /// The family of `sluice_upstream_tls_errors_total`, for an upstream to count into.
     pub(crate) fn upstream_tls_errors(&self) -> Family<ReasonLabels, Counter> {
         self.upstream_tls_errors.clone()

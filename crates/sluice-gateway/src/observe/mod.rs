@@ -54,7 +54,10 @@ pub use events::{Reload, TARGET as EVENT_TARGET, started, stopped};
 pub use exposition::{Exposition, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, text_format};
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
-pub use metrics::{BodyErrors, Metrics, ReasonLabels, Scrape, SnapshotWrites, error_kind};
+pub use metrics::{
+    BodyErrors, Metrics, ReasonLabels, Scrape, SnapshotWrites, TargetLabels, UpstreamLabels, UpstreamMetrics,
+    error_kind,
+};
 pub use observed::{
     CHECK_API_ROUTE, FAIL_OPEN, FaceObserver, FaceRoute, LimitCounts, Observed, PendingLine, UNMATCHED_ROUTE,
 };

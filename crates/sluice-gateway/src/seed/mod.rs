@@ -255,6 +255,7 @@ fn seed_route() -> Route {
         }],
         loosen: Loosen::default(),
         cors: None,
+        upstream: None,
         websocket: false,
     }
 }

@@ -78,6 +78,8 @@ pub struct Serve {
     pub port: u16,
     /// Its further stdout lines (decision lines, events), as they come.
     stdout: std::sync::mpsc::Receiver<String>,
+    /// Its first stdout line (the listening line, or the gateway's start event).
+    pub first_line: String,
 }
 
 /// Reads the server's further lines (decision lines, events) into a channel: a pipe nobody
@@ -130,7 +132,7 @@ impl Serve {
             panic!("unexpected first line from sluice serve: {line:?}");
         };
         let stdout = drain(stdout);
-        Self { child, port, stdout }
+        Self { child, port, stdout, first_line: line }
     }
 
     /// The next line it writes on stdout that `wanted` picks (skipping the others), within ten

@@ -1,0 +1,377 @@
+//! Where admitted requests go: `[upstream]` (the default) and the `[[upstreams]]` that routes
+//! name, each a group of targets. A request's target is picked by the group's balance among the
+//! targets not ejected ([`health`]); a request that could not be sent to its target at all (no
+//! connection) is sent once more to another when its method is safe and it has no body; when
+//! every target is ejected the answer is 503 `no_upstream`, counted.
+
+pub mod health;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response};
+use sluice_config::{Balance, Config, Ejection, Route};
+use sluice_http::identity::Client;
+
+use crate::body::ReplayBody;
+use crate::error::GatewayError;
+use crate::observe::{TargetLabels, UpstreamLabels, UpstreamMetrics};
+use crate::proxy::{FailureKind, Forwarding, TlsErrors, Upstream};
+use crate::respond::{self, Body};
+use health::{HealthBook, TargetHealth, now_nanos};
+
+/// The name `[upstream]` is counted under.
+pub const DEFAULT: &str = "default";
+
+/// Every upstream of a configuration.
+#[derive(Debug)]
+pub struct Upstreams {
+    /// `[upstream]`.
+    default: Option<Group>,
+    /// `[[upstreams]]`, in file order (routes hold their index).
+    named: Vec<Group>,
+}
+
+impl Upstreams {
+    /// The upstreams of `config`, with the health `book` keeps for targets that did not change.
+    pub fn of_config(
+        config: &Config,
+        book: &HealthBook,
+        tls_errors: &TlsErrors,
+        metrics: &UpstreamMetrics,
+    ) -> Result<Self, GatewayError> {
+        let client =
+            |u: &sluice_config::Upstream| Upstream::of_config(u).map(|up| up.counting_tls_errors(tls_errors.clone()));
+        let default = match &config.upstream {
+            Some(u) => Some(Group::new(
+                DEFAULT,
+                vec![(client(u)?, u.url.as_str())],
+                Pick::RoundRobin,
+                Ejection::NEVER,
+                book,
+                metrics,
+            )),
+            None => None,
+        };
+        let mut named = Vec::with_capacity(config.upstreams.len());
+        for g in &config.upstreams {
+            let targets =
+                g.targets.iter().map(|t| Ok((client(t)?, t.url.as_str()))).collect::<Result<Vec<_>, GatewayError>>()?;
+            let pick = match &g.balance {
+                Balance::RoundRobin => Pick::RoundRobin,
+                Balance::LeastRequests => Pick::LeastRequests,
+                Balance::Hash(spec) => Pick::Hash(spec.clone()),
+            };
+            named.push(Group::new(&g.name, targets, pick, g.eject, book, metrics));
+        }
+        Ok(Self { default, named })
+    }
+
+    /// The group a request of `route` goes to (`None`: a request no route matched), if any.
+    pub fn for_route(&self, route: Option<&Route>) -> Option<&Group> {
+        match route.and_then(|r| r.upstream) {
+            Some(i) => self.named.get(i),
+            None => self.default.as_ref(),
+        }
+    }
+
+    /// Whether requests go anywhere (else the gateway answers them itself).
+    pub fn any(&self) -> bool {
+        self.default.is_some() || !self.named.is_empty()
+    }
+
+    /// Every (upstream name, target URL) in use, for the health book to keep.
+    pub fn in_use(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.default.iter().chain(&self.named).flat_map(|g| g.targets.iter().map(|t| (&*g.name, t.url.as_str())))
+    }
+}
+
+/// How a group picks a target.
+#[derive(Debug)]
+enum Pick {
+    RoundRobin,
+    LeastRequests,
+    Hash(sluice_config::KeySpec),
+}
+
+/// One target of a group.
+#[derive(Debug)]
+struct Target {
+    /// The client to it.
+    upstream: Upstream,
+    /// Its URL as configured (the health book's key).
+    url: String,
+    /// `host:port`, for metrics and the access log.
+    authority: String,
+    /// Whether it is ejected, and its requests waiting.
+    health: Arc<TargetHealth>,
+}
+
+/// An upstream of one or more targets.
+#[derive(Debug)]
+pub struct Group {
+    /// Its name (`default` for `[upstream]`).
+    name: Arc<str>,
+    /// Its targets.
+    targets: Vec<Target>,
+    /// How a target is picked.
+    pick: Pick,
+    /// When a failing target is ejected.
+    eject: Ejection,
+    /// Round-robin's next start.
+    next: AtomicUsize,
+    /// The families it counts into.
+    metrics: UpstreamMetrics,
+}
+
+impl Group {
+    fn new(
+        name: &str,
+        targets: Vec<(Upstream, &str)>,
+        pick: Pick,
+        eject: Ejection,
+        book: &HealthBook,
+        metrics: &UpstreamMetrics,
+    ) -> Self {
+        let targets = targets
+            .into_iter()
+            .map(|(upstream, url)| Target {
+                authority: upstream.authority().to_string(),
+                health: book.of(name, url),
+                url: url.to_string(),
+                upstream,
+            })
+            .collect();
+        Self { name: name.into(), targets, pick, eject, next: AtomicUsize::new(0), metrics: metrics.clone() }
+    }
+
+    /// The key spec requests are hashed on, when the group balances by hash.
+    pub fn hash_key(&self) -> Option<&sluice_config::KeySpec> {
+        match &self.pick {
+            Pick::Hash(spec) => Some(spec),
+            _ => None,
+        }
+    }
+
+    /// The target a request goes to (`hash`: its key's hash, for `balance = "hash"`), other than
+    /// `except`; `None` when every one is ejected.
+    fn pick(&self, hash: u64, except: Option<usize>) -> Option<usize> {
+        let now = now_nanos();
+        let up = |i: &usize| Some(*i) != except && self.targets[*i].health.available(now);
+        let n = self.targets.len();
+        match &self.pick {
+            Pick::RoundRobin => {
+                let start = self.next.fetch_add(1, Ordering::Relaxed);
+                (0..n).map(|k| (start + k) % n).find(up)
+            }
+            Pick::LeastRequests => {
+                let start = self.next.fetch_add(1, Ordering::Relaxed);
+                (0..n)
+                    .map(|k| (start + k) % n)
+                    .filter(up)
+                    .min_by_key(|&i| self.targets[i].health.waiting.load(Ordering::Relaxed))
+            }
+            // Rendezvous hashing: the target whose score for this key is highest.
+            Pick::Hash(_) => (0..n).filter(up).max_by_key(|&i| score(hash, i)),
+        }
+    }
+
+    /// The client of the target a WebSocket tunnel opens to, and its name.
+    pub fn tunnel_target(&self, hash: u64) -> Option<&Upstream> {
+        self.pick(hash, None).map(|i| &self.targets[i].upstream)
+    }
+
+    /// Forwards `req` to a target: the response (502/504 when the target failed, 503 when none is
+    /// up) and the target that answered with how long its response head took.
+    pub async fn forward(
+        &self,
+        req: Request<ReplayBody>,
+        client: &Client,
+        forwarding: &Forwarding,
+        hash: u64,
+    ) -> (Response<Body>, Option<(String, Duration)>) {
+        let Some(first) = self.pick(hash, None) else { return (self.none_up(), None) };
+        // Only a safe request without a body is sent twice: nothing of it can have acted, and
+        // there is nothing to replay.
+        let again = (req.method().is_safe() && http_body::Body::is_end_stream(req.body())).then(|| {
+            let mut copy = Request::new(ReplayBody::empty());
+            *copy.method_mut() = req.method().clone();
+            *copy.uri_mut() = req.uri().clone();
+            *copy.version_mut() = req.version();
+            *copy.headers_mut() = req.headers().clone();
+            copy
+        });
+        let (result, took) = self.send_to(first, req, client, forwarding).await;
+        match (result, again) {
+            (Ok(res), _) => (res, Some((self.targets[first].authority.clone(), took))),
+            (Err((FailureKind::NotSent, answer)), Some(copy)) => match self.pick(hash, Some(first)) {
+                Some(second) => {
+                    self.metrics.retries.get_or_create(&UpstreamLabels { upstream: self.name.to_string() }).inc();
+                    let (result, took) = self.send_to(second, copy, client, forwarding).await;
+                    let res = result.unwrap_or_else(|(_, answer)| answer);
+                    (res, Some((self.targets[second].authority.clone(), took)))
+                }
+                None => (answer, Some((self.targets[first].authority.clone(), took))),
+            },
+            (Err((_, answer)), _) => (answer, Some((self.targets[first].authority.clone(), took))),
+        }
+    }
+
+    /// Sends `req` to target `i`, counting the outcome and its health.
+    async fn send_to(
+        &self,
+        i: usize,
+        req: Request<ReplayBody>,
+        client: &Client,
+        forwarding: &Forwarding,
+    ) -> (Result<Response<Body>, (FailureKind, Response<Body>)>, Duration) {
+        let target = &self.targets[i];
+        let asked = std::time::Instant::now();
+        target.health.waiting.fetch_add(1, Ordering::Relaxed);
+        let sent = target.upstream.send(req, client, forwarding).await;
+        target.health.waiting.fetch_sub(1, Ordering::Relaxed);
+        let took = asked.elapsed();
+        let labels = |outcome: &'static str| TargetLabels {
+            upstream: self.name.to_string(),
+            target: target.authority.clone(),
+            outcome,
+        };
+        let failed = match &sent {
+            Ok(res) => {
+                let class = match res.status().as_u16() {
+                    100..=299 => "2xx",
+                    300..=399 => "3xx",
+                    400..=499 => "4xx",
+                    _ => "5xx",
+                };
+                self.metrics.responses.get_or_create(&labels(class)).inc();
+                self.eject.on_5xx && res.status().is_server_error()
+            }
+            Err(f) if f.kind == FailureKind::Client => false,
+            Err(f) => {
+                let kind = match f.kind {
+                    FailureKind::NotSent => "connect",
+                    FailureKind::Timeout => "timeout",
+                    _ => "broken",
+                };
+                self.metrics.failures.get_or_create(&labels(kind)).inc();
+                true
+            }
+        };
+        if !failed {
+            target.health.succeeded();
+        } else if target.health.failed(now_nanos(), &self.eject) {
+            self.metrics.ejections.get_or_create(&labels("")).inc();
+            tracing::warn!(target: "sluice::upstream", upstream = %self.name, target = %target.authority, "target ejected");
+        }
+        (sent.map_err(|f| (f.kind, f.answer)), took)
+    }
+
+    /// The answer when every target is ejected: 503, counted.
+    pub fn none_up(&self) -> Response<Body> {
+        self.metrics.unavailable.get_or_create(&UpstreamLabels { upstream: self.name.to_string() }).inc();
+        let mut res = respond::error(
+            503,
+            "no_upstream",
+            "Every target of this service is failing and out of rotation for now; retry shortly.",
+        );
+        res.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+        res
+    }
+}
+
+/// Rendezvous hashing's score of target `i` for a key hashed to `hash`.
+fn score(hash: u64, i: usize) -> u64 {
+    // splitmix64 of the key and the target's position: a fixed, well-mixed function.
+    let mut z = hash ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The hash a request is balanced by: its `hash_key` under the key secret (0 for other balances).
+pub fn request_hash(
+    group: &Group,
+    keys: &sluice_http::keys::KeyBuilder,
+    facts: &sluice_http::keys::RequestFacts<'_>,
+) -> u64 {
+    let Some(spec) = group.hash_key() else { return 0 };
+    keys.key(&group.name, spec, facts).map_or(0, |(k, _)| k.low64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(pick: Pick, n: usize, book: &HealthBook) -> Group {
+        let targets: Vec<(Upstream, String)> = (0..n)
+            .map(|i| {
+                let url = format!("http://127.0.0.1:{}", 9000 + i);
+                (Upstream::new(&url, Duration::from_secs(1)).unwrap(), url)
+            })
+            .collect();
+        let eject = Ejection { after: 1, base: 60_000_000_000, on_5xx: false };
+        let targets = targets.iter().map(|(u, url)| (u.clone(), url.as_str())).collect();
+        Group::new("g", targets, pick, eject, book, &UpstreamMetrics::default())
+    }
+
+    #[test]
+    fn round_robin_takes_each_in_turn_and_skips_the_ejected() {
+        let book = HealthBook::default();
+        let g = group(Pick::RoundRobin, 3, &book);
+        let picks: Vec<usize> = (0..6).map(|_| g.pick(0, None).unwrap()).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+        g.targets[1].health.failed(now_nanos(), &g.eject);
+        let picks: Vec<usize> = (0..4).map(|_| g.pick(0, None).unwrap()).collect();
+        assert!(!picks.contains(&1), "{picks:?}");
+        assert_eq!(g.pick(0, Some(0)).map(|i| i != 0), Some(true), "`except` is never picked");
+        for t in &g.targets {
+            t.health.failed(now_nanos(), &g.eject);
+        }
+        assert_eq!(g.pick(0, None), None, "every target ejected");
+    }
+
+    #[test]
+    fn least_requests_takes_the_target_with_fewest_waiting() {
+        let book = HealthBook::default();
+        let g = group(Pick::LeastRequests, 3, &book);
+        g.targets[0].health.waiting.store(5, Ordering::Relaxed);
+        g.targets[1].health.waiting.store(2, Ordering::Relaxed);
+        g.targets[2].health.waiting.store(7, Ordering::Relaxed);
+        assert_eq!(g.pick(0, None), Some(1));
+        g.targets[1].health.waiting.store(9, Ordering::Relaxed);
+        assert_eq!(g.pick(0, None), Some(0));
+    }
+
+    #[test]
+    fn hash_keeps_keys_and_moves_only_those_of_a_target_that_goes() {
+        let book = HealthBook::default();
+        let g = group(Pick::Hash(sluice_config::KeySpec { parts: vec![] }), 4, &book);
+        let keys: Vec<u64> = (0..400u64).map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+        let before: Vec<usize> = keys.iter().map(|&k| g.pick(k, None).unwrap()).collect();
+        let mut per = [0; 4];
+        before.iter().for_each(|&t| per[t] += 1);
+        assert!(per.iter().all(|&n| n > 60), "spread: {per:?}");
+        g.targets[2].health.failed(now_nanos(), &g.eject);
+        for (&k, &was) in keys.iter().zip(&before) {
+            let now = g.pick(k, None).unwrap();
+            if was == 2 {
+                assert_ne!(now, 2);
+            } else {
+                assert_eq!(now, was, "a key of a target that stayed moved");
+            }
+        }
+    }
+
+    #[test]
+    fn health_is_kept_across_groups_for_the_same_target() {
+        let book = HealthBook::default();
+        let g = group(Pick::RoundRobin, 2, &book);
+        g.targets[0].health.failed(now_nanos(), &g.eject);
+        // A reload builds the group again: the target is still ejected.
+        let again = group(Pick::RoundRobin, 2, &book);
+        assert!(!again.targets[0].health.available(now_nanos()));
+        assert!(again.targets[1].health.available(now_nanos()));
+    }
+}
