@@ -541,6 +541,24 @@ pub struct UpstreamGroup {
     pub balance: Balance,
     /// When a failing target is taken out of the rotation (passive health).
     pub eject: Ejection,
+    /// `health_check`: each target asked on a path at an interval (active health); `None`:
+    /// passive health only.
+    pub health_check: Option<HealthCheck>,
+}
+
+/// `upstreams.health_check`: active health checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// The path asked (`GET`, with the target as `Host`): a 2xx or 3xx is healthy.
+    pub path: String,
+    /// How often each target is asked.
+    pub interval: Nanos,
+    /// How long an answer may take (longer: unhealthy).
+    pub timeout: Nanos,
+    /// Healthy answers in a row that put a target back.
+    pub healthy_after: u32,
+    /// Unhealthy answers in a row that take a target out.
+    pub unhealthy_after: u32,
 }
 
 /// `upstreams.balance`.

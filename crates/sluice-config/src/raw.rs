@@ -119,6 +119,17 @@ pub(crate) struct RawUpstreams {
     pub eject_after: Option<u32>,
     pub eject_for: Option<String>,
     pub eject_on_5xx: Option<bool>,
+    pub health_check: Option<RawHealthCheck>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealthCheck {
+    pub path: String,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub healthy_after: Option<u32>,
+    pub unhealthy_after: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

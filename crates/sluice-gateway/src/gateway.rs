@@ -132,6 +132,11 @@ impl InForce {
         })
     }
 
+    /// Where admitted requests go.
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
+    }
+
     /// The access log, if there is one (SIGUSR1 reopens its file).
     pub fn access_log(&self) -> Option<&Arc<AccessLog>> {
         self.access_log.as_ref()

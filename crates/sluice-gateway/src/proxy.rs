@@ -260,6 +260,34 @@ pub enum FailureKind {
 }
 
 impl Upstream {
+    /// An active health check: `GET path` with this upstream as `Host`, on the pool of the
+    /// calling thread; healthy when a 2xx or 3xx comes, whole, within `timeout`.
+    pub async fn probe(&self, path: &str, timeout: Duration) -> bool {
+        let Ok(req) = Request::get(path).header(header::HOST, self.authority.as_str()).body(ReplayBody::empty()) else {
+            return false;
+        };
+        let (mut parts, body) = req.into_parts();
+        let asked = async {
+            let res = if self.http2 {
+                if self.in_absolute_form(&mut parts).is_err() {
+                    return false;
+                }
+                self.pool().send_multiplexed::<()>(Request::from_parts(parts, body), timeout).await
+            } else {
+                self.pool().send_bodiless::<()>(&parts, timeout).await
+            };
+            match res {
+                // Read to its end: the connection goes back to the pool.
+                Ok(res) => {
+                    let ok = res.status().is_success() || res.status().is_redirection();
+                    http_body_util::BodyExt::collect(res.into_body()).await.is_ok() && ok
+                }
+                Err(_) => false,
+            }
+        };
+        tokio::time::timeout(timeout, asked).await.unwrap_or(false)
+    }
+
     /// `parts` addressed to this upstream: the target in origin form (`/path?query`: the
     /// connection is the upstream's already; a target in origin form, the usual case, is sent as
     /// it came, parsed once) and a `Host` (this upstream's when the request has none).

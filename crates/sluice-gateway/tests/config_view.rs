@@ -180,6 +180,7 @@ timeout_ms = 2500
 eject_after = 5
 eject_for = "20s"
 eject_on_5xx = true
+health_check = {{ path = "/ready", interval = "3s", timeout = "1s", healthy_after = 3, unhealthy_after = 4 }}
 
 [forward_auth]
 path = "/v1/authz"

@@ -155,6 +155,7 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let stop = termination();
     tokio::spawn(reload_on_hangup(hangup(), gateway.clone(), path.clone(), certificates));
     tokio::spawn(reopen_on_usr1(usr1(), gateway.clone()));
+    let health_checks = tokio::spawn(check_upstreams(gateway.clone()));
     let admin_addr = admin.as_ref().map(|a| a.0);
     let listen = listeners.as_ref().map(Listeners::local_addr);
     observe::started(&gateway.config().config, listen, admin_addr, &path.display().to_string());
@@ -168,10 +169,15 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
         );
     }
     let interval_writes = snapshots.clone().map(|s| tokio::spawn(s.write_every_interval()));
-    match listeners {
-        Some(listeners) => serve_per_core(listeners, gateway, stop, drain).await?,
-        None => stop.await,
-    }
+    let served = match listeners {
+        Some(listeners) => serve_per_core(listeners, gateway, stop, drain).await,
+        None => {
+            stop.await;
+            Ok(())
+        }
+    };
+    health_checks.abort();
+    served?;
     if let (Some(writes), Some(snapshots)) = (interval_writes, snapshots) {
         writes.abort();
         let _ = tokio::task::spawn_blocking(move || snapshots.write_last()).await;
@@ -287,6 +293,17 @@ async fn reload_on_hangup(
     #[cfg(not(unix))]
     {
         let _ = (gateway, path, tls);
+    }
+}
+
+/// The upstreams' active health checks: every 100 ms, the targets of the configuration in
+/// force whose check is due are asked (on this runtime, so client traffic's workers never
+/// wait for a check).
+async fn check_upstreams(gateway: Arc<Gateway>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        gateway.config().upstreams().check_due();
     }
 }
 

@@ -204,3 +204,39 @@ fn hash_keeps_each_key_on_its_target_and_moves_only_the_keys_of_a_target_that_go
         }
     }
 }
+
+#[test]
+fn active_health_checks_keep_a_failing_target_out_until_its_checks_pass() {
+    let dir = TempDir::new("upstreams-checks");
+    let ports = [free_port(), free_port(), free_port()];
+    let targets: Vec<Target> = ["a", "b", "c"].iter().zip(ports).map(|(n, p)| Target::start(&dir, n, p)).collect();
+    // a and c answer their health check; b serves `who` but its check is a 404.
+    for name in ["a", "c"] {
+        std::fs::write(dir.path(&format!("{name}/health")), "ok").unwrap();
+    }
+    let checks = "health_check = { path = \"/health\", interval = \"100ms\", healthy_after = 2, unhealthy_after = 2 }";
+    let gw = Serve::gateway(&dir.write("gateway.toml", &config(&ports, checks)));
+    let admin = admin(&gw);
+    let b = format!(
+        "sluice_upstream_health_checks_total{{upstream=\"files\",target=\"127.0.0.1:{}\",outcome=\"unhealthy\"}}",
+        ports[1]
+    );
+    let out = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        metric(admin, &b) >= 2.0
+    });
+    assert!(out, "b's checks never failed twice");
+    for _ in 0..30 {
+        let (status, body) = who(&gw, None);
+        assert_eq!(status, 200);
+        assert_ne!(body, "b", "a target whose checks fail got a request");
+    }
+    // Its check passes again: it is back after two healthy answers.
+    std::fs::write(dir.path("b/health"), "ok").unwrap();
+    let back = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        who(&gw, None).1 == "b"
+    });
+    assert!(back, "b never came back once its checks passed");
+    drop(targets);
+}

@@ -91,7 +91,37 @@ pub(super) fn upstreams(
             return Err(err("eject_for", "must be longer than 0 (turn ejection off with `eject_after = 0`)".into()));
         }
         let eject = Ejection { after: u.eject_after.unwrap_or(3), base, on_5xx: u.eject_on_5xx.unwrap_or(false) };
-        out.push(UpstreamGroup { name: u.name, targets, balance, eject });
+        let health_check = match u.health_check {
+            None => None,
+            Some(h) => {
+                let herr = |field: &str, msg: String| {
+                    src.error(Some(src.field_line(&span, "health_check")), format!("{table}.health_check.{field}"), msg)
+                };
+                if !h.path.starts_with('/') || h.path.contains(['\r', '\n', ' ']) {
+                    return Err(herr("path", format!("`{}` is not a path (`/health`)", h.path)));
+                }
+                let duration = |field: &str, text: Option<&str>, default: &str| {
+                    parse_duration(text.unwrap_or(default)).map_err(|m| herr(field, m)).and_then(|n| match n {
+                        0 => Err(herr(field, "must be longer than 0".into())),
+                        n => Ok(n),
+                    })
+                };
+                let interval = duration("interval", h.interval.as_deref(), "5s")?;
+                let timeout = duration("timeout", h.timeout.as_deref(), "2s")?;
+                let count = |field: &str, v: Option<u32>| match v.unwrap_or(2) {
+                    0 => Err(herr(field, "must be at least 1".into())),
+                    n => Ok(n),
+                };
+                Some(HealthCheck {
+                    path: h.path,
+                    interval,
+                    timeout,
+                    healthy_after: count("healthy_after", h.healthy_after)?,
+                    unhealthy_after: count("unhealthy_after", h.unhealthy_after)?,
+                })
+            }
+        };
+        out.push(UpstreamGroup { name: u.name, targets, balance, eject, health_check });
     }
     Ok(out)
 }

@@ -102,6 +102,13 @@ pub fn config_json(c: &Config) -> Value {
             "eject_after": g.eject.after,
             "eject_for_ms": g.eject.base / NANOS_PER_MILLI,
             "eject_on_5xx": g.eject.on_5xx,
+            "health_check": g.health_check.as_ref().map(|h| json!({
+                "path": h.path,
+                "interval_ms": h.interval / NANOS_PER_MILLI,
+                "timeout_ms": h.timeout / NANOS_PER_MILLI,
+                "healthy_after": h.healthy_after,
+                "unhealthy_after": h.unhealthy_after,
+            })),
         })).collect::<Vec<_>>(),
         "policies": c.policies.iter().map(|p| policy_json(&PolicyInfo::of_config(p))).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({

@@ -101,6 +101,8 @@ pub struct UpstreamMetrics {
     pub retries: Family<UpstreamLabels, Counter>,
     /// `sluice_upstream_unavailable_total{upstream}`: 503s because no target was up.
     pub unavailable: Family<UpstreamLabels, Counter>,
+    /// `sluice_upstream_health_checks_total{upstream,target,outcome}`: healthy, unhealthy.
+    pub health_checks: Family<TargetLabels, Counter>,
 }
 
 /// `sluice_reservations_refused_total`: settlements and refunds refused, by why.
@@ -306,6 +308,12 @@ impl Metrics {
             "Requests sent again to another target after the first one could not be connected to (safe methods \
              without a body only).",
             u.retries.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upstream_health_checks",
+            "Active health checks of each target (outcome: healthy — a 2xx or 3xx in time; unhealthy).",
+            u.health_checks.clone(),
         );
         register(
             &mut registry,

@@ -5,7 +5,7 @@
 //! ([`HealthBook`]): a reload that leaves a target alone leaves it ejected or not.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -28,12 +28,54 @@ pub struct TargetHealth {
     ejections: AtomicU32,
     /// Requests sent to it and waiting for their response head (`least-requests`).
     pub waiting: AtomicUsize,
+    /// Out of rotation by its active health checks.
+    checked_down: AtomicBool,
+    /// Health check answers in a row that disagree with `checked_down`.
+    check_streak: AtomicU32,
+    /// When it is next asked ([`now_nanos`]).
+    next_check: AtomicU64,
 }
 
 impl TargetHealth {
     /// Whether a request may go to it at `now`.
     pub fn available(&self, now: u64) -> bool {
-        now >= self.ejected_until.load(Ordering::Relaxed)
+        now >= self.ejected_until.load(Ordering::Relaxed) && !self.checked_down.load(Ordering::Relaxed)
+    }
+
+    /// Whether its next health check is due at `now`; if so, the one after is set `interval`
+    /// later.
+    pub fn check_due(&self, now: u64, interval: u64) -> bool {
+        let next = self.next_check.load(Ordering::Relaxed);
+        now >= next
+            && self
+                .next_check
+                .compare_exchange(next, now.saturating_add(interval), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// A health check's answer (`healthy` or not); `Some(up)` when it changed the target's
+    /// state: `healthy_after` healthy answers in a row put it back, `unhealthy_after`
+    /// unhealthy ones take it out.
+    pub fn checked(&self, healthy: bool, healthy_after: u32, unhealthy_after: u32) -> Option<bool> {
+        let down = self.checked_down.load(Ordering::Relaxed);
+        if healthy != down {
+            // An answer that agrees with the state it is in.
+            self.check_streak.store(0, Ordering::Relaxed);
+            return None;
+        }
+        let streak = self.check_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        let needed = if healthy { healthy_after } else { unhealthy_after };
+        if streak < needed {
+            return None;
+        }
+        self.check_streak.store(0, Ordering::Relaxed);
+        self.checked_down.store(!healthy, Ordering::Relaxed);
+        if healthy {
+            // Back by its checks: passive health starts over too.
+            self.ejected_until.store(0, Ordering::Relaxed);
+            self.succeeded();
+        }
+        Some(healthy)
     }
 
     /// A request to it succeeded (a response head that does not count as a failure).
@@ -119,5 +161,19 @@ mod tests {
             assert!(!h.failed(0, &Ejection::NEVER));
         }
         assert!(h.available(0));
+    }
+
+    #[test]
+    fn health_checks_take_a_target_out_and_put_it_back_after_streaks() {
+        let h = TargetHealth::default();
+        assert_eq!(h.checked(false, 2, 3), None);
+        assert_eq!(h.checked(true, 2, 3), None, "a healthy answer breaks the streak");
+        assert_eq!((h.checked(false, 2, 3), h.checked(false, 2, 3)), (None, None));
+        assert_eq!(h.checked(false, 2, 3), Some(false), "three unhealthy in a row");
+        assert!(!h.available(u64::MAX));
+        assert_eq!(h.checked(true, 2, 3), None);
+        assert_eq!(h.checked(true, 2, 3), Some(true), "two healthy in a row");
+        assert!(h.available(0));
+        assert!(h.check_due(0, 100) && !h.check_due(50, 100) && h.check_due(100, 100));
     }
 }

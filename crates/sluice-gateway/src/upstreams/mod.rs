@@ -20,6 +20,8 @@ use crate::observe::{TargetLabels, UpstreamLabels, UpstreamMetrics};
 use crate::proxy::{FailureKind, Forwarding, TlsErrors, Upstream};
 use crate::respond::{self, Body};
 use health::{HealthBook, TargetHealth, now_nanos};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 /// The name `[upstream]` is counted under.
 pub const DEFAULT: &str = "default";
@@ -63,7 +65,9 @@ impl Upstreams {
                 Balance::LeastRequests => Pick::LeastRequests,
                 Balance::Hash(spec) => Pick::Hash(spec.clone()),
             };
-            named.push(Group::new(&g.name, targets, pick, g.eject, book, metrics));
+            let mut group = Group::new(&g.name, targets, pick, g.eject, book, metrics);
+            group.check = g.health_check.clone();
+            named.push(group);
         }
         Ok(Self { default, named })
     }
@@ -79,6 +83,35 @@ impl Upstreams {
     /// Whether requests go anywhere (else the gateway answers them itself).
     pub fn any(&self) -> bool {
         self.default.is_some() || !self.named.is_empty()
+    }
+
+    /// Asks every target whose health check is due (in tasks of their own, on this runtime):
+    /// to be called often (every 100 ms) by one task of the server.
+    pub fn check_due(&self) {
+        let now = now_nanos();
+        for group in &self.named {
+            let Some(check) = &group.check else { continue };
+            for target in &group.targets {
+                if !target.health.check_due(now, check.interval) {
+                    continue;
+                }
+                let (upstream, health, check) = (target.upstream.clone(), target.health.clone(), check.clone());
+                let (name, target, counts) = (group.name.clone(), target.authority.clone(), target.counts.clone());
+                tokio::spawn(async move {
+                    let healthy = upstream.probe(&check.path, Duration::from_nanos(check.timeout)).await;
+                    counts.checks[usize::from(!healthy)].inc();
+                    match health.checked(healthy, check.healthy_after, check.unhealthy_after) {
+                        Some(false) => {
+                            tracing::warn!(target: "sluice::upstream", upstream = %name, target = %target, "health checks failing: out of rotation");
+                        }
+                        Some(true) => {
+                            tracing::info!(target: "sluice::upstream", upstream = %name, target = %target, "health checks passing: back in rotation");
+                        }
+                        None => {}
+                    }
+                });
+            }
+        }
     }
 
     /// Every (upstream name, target URL) in use, for the health book to keep.
@@ -106,6 +139,37 @@ struct Target {
     authority: String,
     /// Whether it is ejected, and its requests waiting.
     health: Arc<TargetHealth>,
+    /// Its counters, resolved once (a proxied request allocates no label).
+    counts: TargetCounts,
+}
+
+/// One target's counters in the upstream families.
+#[derive(Debug, Clone)]
+struct TargetCounts {
+    /// Responses: 2xx, 3xx, 4xx, 5xx.
+    responses: [Counter; 4],
+    /// Failures: connect, timeout, broken.
+    failures: [Counter; 3],
+    /// Ejections.
+    ejections: Counter,
+    /// Health checks: healthy, unhealthy.
+    checks: [Counter; 2],
+}
+
+impl TargetCounts {
+    fn resolve(metrics: &UpstreamMetrics, upstream: &str, target: &str) -> Self {
+        let at = |family: &Family<TargetLabels, Counter>, outcome: &'static str| {
+            family
+                .get_or_create(&TargetLabels { upstream: upstream.to_string(), target: target.to_string(), outcome })
+                .clone()
+        };
+        Self {
+            responses: ["2xx", "3xx", "4xx", "5xx"].map(|o| at(&metrics.responses, o)),
+            failures: ["connect", "timeout", "broken"].map(|o| at(&metrics.failures, o)),
+            ejections: at(&metrics.ejections, ""),
+            checks: ["healthy", "unhealthy"].map(|o| at(&metrics.health_checks, o)),
+        }
+    }
 }
 
 /// An upstream of one or more targets.
@@ -123,6 +187,8 @@ pub struct Group {
     next: AtomicUsize,
     /// The families it counts into.
     metrics: UpstreamMetrics,
+    /// Its active health checks, if any.
+    check: Option<sluice_config::HealthCheck>,
 }
 
 impl Group {
@@ -139,11 +205,20 @@ impl Group {
             .map(|(upstream, url)| Target {
                 authority: upstream.authority().to_string(),
                 health: book.of(name, url),
+                counts: TargetCounts::resolve(metrics, name, upstream.authority().as_str()),
                 url: url.to_string(),
                 upstream,
             })
             .collect();
-        Self { name: name.into(), targets, pick, eject, next: AtomicUsize::new(0), metrics: metrics.clone() }
+        Self {
+            name: name.into(),
+            targets,
+            pick,
+            eject,
+            next: AtomicUsize::new(0),
+            metrics: metrics.clone(),
+            check: None,
+        }
     }
 
     /// The key spec requests are hashed on, when the group balances by hash.
@@ -232,37 +307,32 @@ impl Group {
         let sent = target.upstream.send(req, client, forwarding).await;
         target.health.waiting.fetch_sub(1, Ordering::Relaxed);
         let took = asked.elapsed();
-        let labels = |outcome: &'static str| TargetLabels {
-            upstream: self.name.to_string(),
-            target: target.authority.clone(),
-            outcome,
-        };
         let failed = match &sent {
             Ok(res) => {
                 let class = match res.status().as_u16() {
-                    100..=299 => "2xx",
-                    300..=399 => "3xx",
-                    400..=499 => "4xx",
-                    _ => "5xx",
+                    100..=299 => 0,
+                    300..=399 => 1,
+                    400..=499 => 2,
+                    _ => 3,
                 };
-                self.metrics.responses.get_or_create(&labels(class)).inc();
+                target.counts.responses[class].inc();
                 self.eject.on_5xx && res.status().is_server_error()
             }
             Err(f) if f.kind == FailureKind::Client => false,
             Err(f) => {
                 let kind = match f.kind {
-                    FailureKind::NotSent => "connect",
-                    FailureKind::Timeout => "timeout",
-                    _ => "broken",
+                    FailureKind::NotSent => 0,
+                    FailureKind::Timeout => 1,
+                    _ => 2,
                 };
-                self.metrics.failures.get_or_create(&labels(kind)).inc();
+                target.counts.failures[kind].inc();
                 true
             }
         };
         if !failed {
             target.health.succeeded();
         } else if target.health.failed(now_nanos(), &self.eject) {
-            self.metrics.ejections.get_or_create(&labels("")).inc();
+            target.counts.ejections.inc();
             tracing::warn!(target: "sluice::upstream", upstream = %self.name, target = %target.authority, "target ejected");
         }
         (sent.map_err(|f| (f.kind, f.answer)), took)
