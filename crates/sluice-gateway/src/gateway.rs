@@ -304,15 +304,11 @@ struct Proxied<'l> {
 }
 
 impl Proxied<'_> {
-    /// `req` forwarded to a target of `group` (balanced on `route`'s name), the target and its
-    /// latency noted for the access log.
-    async fn forward(&self, group: &Group, req: Request<ReplayBody>, route: &str) -> Response<Body> {
-        let hash = self.balance_hash(group, req.method().as_str(), req.uri().path(), req.headers(), route);
-        let (res, target) = group.forward(req, self.client, &self.loaded.forwarding, hash).await;
+    /// Notes the target that answered and its latency for the access log.
+    fn note_target(&self, target: Option<(String, Duration)>) {
         if let (Some(noted), Some(target)) = (self.noted, target) {
             noted.lock().unwrap_or_else(|p| p.into_inner()).upstream = Some(target);
         }
-        res
     }
 
     /// What a request is balanced by in `group` (0 unless it balances by hash).
@@ -386,7 +382,14 @@ impl Face for Proxied<'_> {
             });
         }
         Ok(match (group, self.body.take()) {
-            (Some(group), Some(body)) => self.forward(group, Request::from_parts(head, body), at.name()).await,
+            (Some(group), Some(body)) => {
+                let hash = self.balance_hash(group, head.method.as_str(), head.uri.path(), &head.headers, at.name());
+                let req = Request::from_parts(head, body);
+                let (res, target) =
+                    group.forward(req, self.client, &loaded.forwarding, hash, self.noted.is_some()).await;
+                self.note_target(target);
+                res
+            }
             (Some(_), None) => respond::answer(Answer::bad_request(&BodyRefusal::Unreadable.to_string())),
             (None, _) => respond::json(200, &respond::Allowed { status: "allowed", route: at.name() }),
         })
@@ -403,7 +406,14 @@ impl Face for Proxied<'_> {
         // No limit decided it: it is over no soft limit, whatever its client says.
         sluice_http::headers::mark_soft_limited(&mut head.headers, []);
         Ok(match (self.loaded.upstreams.for_route(None), self.body.take()) {
-            (Some(group), Some(body)) => self.forward(group, Request::from_parts(head, body), "").await,
+            (Some(group), Some(body)) => {
+                let hash = self.balance_hash(group, head.method.as_str(), head.uri.path(), &head.headers, "");
+                let req = Request::from_parts(head, body);
+                let (res, target) =
+                    group.forward(req, self.client, &self.loaded.forwarding, hash, self.noted.is_some()).await;
+                self.note_target(target);
+                res
+            }
             _ => respond::error(404, "not_found", "No such route."),
         })
     }
@@ -574,7 +584,7 @@ impl Handler for Gateway {
                 Some(group) if !crate::cors::Asked::answered_here(&loaded.config) => {
                     let (head, body) = req.into_parts();
                     let body = ReplayBody::untouched(loaded.body_watch.watch(body));
-                    group.forward(Request::from_parts(head, body), &client, &loaded.forwarding, 0).await.0
+                    group.forward(Request::from_parts(head, body), &client, &loaded.forwarding, 0, false).await.0
                 }
                 _ => cors.preflight_answer(&loaded.config),
             };

@@ -232,9 +232,13 @@ impl Group {
     /// The target a request goes to (`hash`: its key's hash, for `balance = "hash"`), other than
     /// `except`; `None` when every one is ejected.
     fn pick(&self, hash: u64, except: Option<usize>) -> Option<usize> {
+        let n = self.targets.len();
+        // One target that is never taken out (`[upstream]`): no clock, no counter.
+        if n == 1 && self.eject.after == 0 && self.check.is_none() {
+            return (except != Some(0)).then_some(0);
+        }
         let now = now_nanos();
         let up = |i: &usize| Some(*i) != except && self.targets[*i].health.available(now);
-        let n = self.targets.len();
         match &self.pick {
             Pick::RoundRobin => {
                 let start = self.next.fetch_add(1, Ordering::Relaxed);
@@ -258,18 +262,24 @@ impl Group {
     }
 
     /// Forwards `req` to a target: the response (502/504 when the target failed, 503 when none is
-    /// up) and the target that answered with how long its response head took.
+    /// up) and, when `timed`, the target that answered with how long its response head took.
+    /// One async function (a loop of at most two attempts) rather than one per step: each layer
+    /// of future would move the request's whole state once more.
     pub async fn forward(
         &self,
         req: Request<ReplayBody>,
         client: &Client,
         forwarding: &Forwarding,
         hash: u64,
+        timed: bool,
     ) -> (Response<Body>, Option<(String, Duration)>) {
-        let Some(first) = self.pick(hash, None) else { return (self.none_up(), None) };
+        let Some(mut at) = self.pick(hash, None) else { return (self.none_up(), None) };
         // Only a safe request without a body is sent twice: nothing of it can have acted, and
-        // there is nothing to replay.
-        let again = (req.method().is_safe() && http_body::Body::is_end_stream(req.body())).then(|| {
+        // there is nothing to replay. Copied only when there is another target to send it to.
+        let mut again = (self.targets.len() > 1
+            && req.method().is_safe()
+            && http_body::Body::is_end_stream(req.body()))
+        .then(|| {
             let mut copy = Request::new(ReplayBody::empty());
             *copy.method_mut() = req.method().clone();
             *copy.uri_mut() = req.uri().clone();
@@ -277,37 +287,38 @@ impl Group {
             *copy.headers_mut() = req.headers().clone();
             copy
         });
-        let (result, took) = self.send_to(first, req, client, forwarding).await;
-        match (result, again) {
-            (Ok(res), _) => (res, Some((self.targets[first].authority.clone(), took))),
-            (Err((FailureKind::NotSent, answer)), Some(copy)) => match self.pick(hash, Some(first)) {
-                Some(second) => {
+        let least = matches!(self.pick, Pick::LeastRequests);
+        let mut req = req;
+        loop {
+            let target = &self.targets[at];
+            let asked = timed.then(std::time::Instant::now);
+            if least {
+                target.health.waiting.fetch_add(1, Ordering::Relaxed);
+            }
+            let sent = target.upstream.send(req, client, forwarding).await;
+            if least {
+                target.health.waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.account(target, &sent);
+            let answered = asked.map(|a| (target.authority.clone(), a.elapsed()));
+            match sent {
+                Ok(res) => return (res, answered),
+                Err(failed) => {
+                    let next = match (failed.kind, again.take()) {
+                        (FailureKind::NotSent, Some(copy)) => self.pick(hash, Some(at)).map(|n| (n, copy)),
+                        _ => None,
+                    };
+                    let Some((next, copy)) = next else { return (failed.answer, answered) };
                     self.metrics.retries.get_or_create(&UpstreamLabels { upstream: self.name.to_string() }).inc();
-                    let (result, took) = self.send_to(second, copy, client, forwarding).await;
-                    let res = result.unwrap_or_else(|(_, answer)| answer);
-                    (res, Some((self.targets[second].authority.clone(), took)))
+                    (at, req) = (next, copy);
                 }
-                None => (answer, Some((self.targets[first].authority.clone(), took))),
-            },
-            (Err((_, answer)), _) => (answer, Some((self.targets[first].authority.clone(), took))),
+            }
         }
     }
 
-    /// Sends `req` to target `i`, counting the outcome and its health.
-    async fn send_to(
-        &self,
-        i: usize,
-        req: Request<ReplayBody>,
-        client: &Client,
-        forwarding: &Forwarding,
-    ) -> (Result<Response<Body>, (FailureKind, Response<Body>)>, Duration) {
-        let target = &self.targets[i];
-        let asked = std::time::Instant::now();
-        target.health.waiting.fetch_add(1, Ordering::Relaxed);
-        let sent = target.upstream.send(req, client, forwarding).await;
-        target.health.waiting.fetch_sub(1, Ordering::Relaxed);
-        let took = asked.elapsed();
-        let failed = match &sent {
+    /// Counts what `target` answered (or how it failed) and updates its health.
+    fn account(&self, target: &Target, sent: &Result<Response<Body>, crate::proxy::Failure>) {
+        let failed = match sent {
             Ok(res) => {
                 let class = match res.status().as_u16() {
                     100..=299 => 0,
@@ -330,12 +341,13 @@ impl Group {
             }
         };
         if !failed {
-            target.health.succeeded();
+            if self.eject.after != 0 || self.check.is_some() {
+                target.health.succeeded();
+            }
         } else if target.health.failed(now_nanos(), &self.eject) {
             target.counts.ejections.inc();
             tracing::warn!(target: "sluice::upstream", upstream = %self.name, target = %target.authority, "target ejected");
         }
-        (sent.map_err(|f| (f.kind, f.answer)), took)
     }
 
     /// The answer when every target is ejected: 503, counted.
