@@ -79,7 +79,7 @@ wait_port() { # port [log shown when it never opens]
   echo "port $1 never opened" >&2; [ -n "${2:-}" ] && tail -20 "$2" >&2; exit 1
 }
 
-NGX=$(free_port); UP=$(free_port)
+NGX=$(free_port); UP=$(free_port); UP2=$(free_port)
 mkdir -p "$dir/www"
 chmod 755 "$dir" "$dir/www"  # nginx workers run unprivileged
 printf '{"message":"allowed"}' > "$dir/www/hello.json"
@@ -95,6 +95,7 @@ http {
   limit_req_zone \$binary_remote_addr zone=shut:10m rate=1r/m;
   limit_req_status 429;
   upstream up { server 127.0.0.1:$UP; keepalive 128; }
+  upstream two { server 127.0.0.1:$UP; server 127.0.0.1:$UP2; keepalive 128; }
   server {
     listen 127.0.0.1:$NGX;
     root $dir/www;
@@ -102,6 +103,8 @@ http {
     location = /api/denied { limit_req zone=shut nodelay; try_files /hello.json =404; }
     location = /proxy/hello { limit_req zone=open burst=100000000 nodelay;
       proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://up/hello.json; }
+    location = /proxy2/hello { limit_req zone=open burst=100000000 nodelay;
+      proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://two/hello.json; }
   }
 }
 NGINX
@@ -117,7 +120,7 @@ http {
   access_log off;
   default_type application/json;
   keepalive_requests 100000;
-  server { listen 127.0.0.1:$UP; root $dir/www; location / { try_files /hello.json =404; } }
+  server { listen 127.0.0.1:$UP; listen 127.0.0.1:$UP2; root $dir/www; location / { try_files /hello.json =404; } }
 }
 NGINX
 if has_peer nginx; then nginx -c "$dir/nginx.conf" -p "$dir"; fi
@@ -138,8 +141,15 @@ S_SHUT=$(start_seed 1 0.0001)
 # sluice, proxy mode: the same limits, forwarding to the same upstream as the peers.
 SP=$(free_port)
 proxy_toml "$SP" "$UP" > "$dir/proxy.toml"
+# Two targets (the same upstream process on two ports: what is measured is the balancing).
+SP2=$(free_port)
+proxy_toml "$SP2" "$UP" | sed -e '/^\[upstream\]/,/^url = /d' > "$dir/proxy2.toml"
+printf '[[upstreams]]\nname = "two"\ntargets = ["http://127.0.0.1:%s", "http://127.0.0.1:%s"]\n' "$UP" "$UP2" >> "$dir/proxy2.toml"
+sed -i 's|^path = "/hello.json"|path = "/hello.json"\nupstream = "two"|' "$dir/proxy2.toml"
 "$SLUICE" serve --config "$dir/proxy.toml" >/dev/null 2>&1 &
 pids+=($!); wait_port "$SP"
+"$SLUICE" serve --config "$dir/proxy2.toml" >/dev/null 2>&1 &
+pids+=($!); wait_port "$SP2"
 
 if has_peer haproxy; then
   HAP=$(free_port)
@@ -171,11 +181,14 @@ fi
 # Where each server takes each case; nothing when it has no such case.
 url() { # server case
   local p=/api/hello
-  case $2 in denied) p=/api/denied ;; proxy) p=/proxy/hello ;; esac
+  case $2 in denied) p=/api/denied ;; proxy) p=/proxy/hello ;; proxy2) p=/proxy2/hello ;; esac
+  # Two targets: sluice and nginx only.
+  case $1.$2 in sluice.proxy2 | nginx.proxy2) ;; *.proxy2) return ;; esac
   case $1 in
     sluice) case $2 in admitted) echo "http://127.0.0.1:$S_OPEN/api/hello" ;;
                        denied) echo "http://127.0.0.1:$S_SHUT/api/hello" ;;
-                       proxy) echo "http://127.0.0.1:$SP/hello.json" ;; esac ;;
+                       proxy) echo "http://127.0.0.1:$SP/hello.json" ;;
+                       proxy2) echo "http://127.0.0.1:$SP2/hello.json" ;; esac ;;
     nginx) echo "http://127.0.0.1:$NGX$p" ;;
     haproxy) echo "http://127.0.0.1:$HAP$p" ;;
     envoy) echo "http://127.0.0.1:$ENVOY$p" ;;
@@ -189,6 +202,8 @@ label() { # server case
     sluice.admitted) echo "sluice serve, admitted" ;;
     sluice.denied) echo "sluice serve, denied" ;;
     sluice.proxy) echo "sluice gateway, proxy" ;;
+    sluice.proxy2) echo "sluice gateway, two targets" ;;
+    nginx.proxy2) echo "nginx proxy_pass, two targets" ;;
     nginx.proxy) echo "nginx limit_req + proxy_pass" ;;
     nginx.*) echo "nginx limit_req, $2" ;;
     haproxy.proxy) echo "haproxy stick table + proxy" ;;
@@ -208,7 +223,7 @@ check() { # name url expected-status
 }
 # Check every server before measuring; drain the one-token buckets on the way.
 for s in sluice $PEERS; do
-  for c in admitted denied proxy; do
+  for c in admitted denied proxy proxy2; do
     u=$(url "$s" "$c"); [ -n "$u" ] || continue
     if [ "$c" = denied ]; then for _ in 1 2 3; do curl -s -o /dev/null "$u" || true; done; fi
     check "$(label "$s" "$c")" "$u" "$(expected "$c")"
@@ -243,7 +258,7 @@ echo "peers: $PEERS${versions:+ (${versions[*]})}" >&2
 
 declare -A peer_rps peer_p99 sl_rps sl_p99
 for p in $PEERS; do
-  for c in admitted denied proxy; do
+  for c in admitted denied proxy proxy2; do
     u=$(url "$p" "$c")
     if [ -z "$u" ]; then
       if [ "$p.$c" = traefik.admitted ]; then
@@ -263,8 +278,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a/b }'; }
 echo
 echo "ratios (sluice / peer requests per second; p99 sluice vs peer in ms):"
 for p in $PEERS; do
-  for c in admitted denied proxy; do
-    case $c in admitted) what="demo route, admitted:" ;; denied) what="demo route, denied:  " ;; proxy) what="proxy mode, admitted:" ;; esac
+  for c in admitted denied proxy proxy2; do
+    case $c in admitted) what="demo route, admitted:" ;; denied) what="demo route, denied:  " ;; proxy) what="proxy mode, admitted:" ;;
+      proxy2) what="proxy, two targets:   " ;; esac
     k=$p.$c
     if [ -z "${peer_rps[$k]:-}" ]; then
       if [ "$k" = traefik.admitted ]; then echo "  $what —     traefik   (Traefik cannot answer a request itself)"; fi
