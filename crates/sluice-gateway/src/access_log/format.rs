@@ -124,3 +124,71 @@ fn token(bytes: &[u8], out: &mut Vec<u8>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant, SystemTime};
+
+    use http::HeaderValue;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::access_log::Outcome;
+    use crate::request_id::RequestId;
+
+    fn entry(target: String, ua: Option<HeaderValue>, xff: Option<HeaderValue>, route: String) -> Entry {
+        Entry {
+            time: SystemTime::now(),
+            started: Instant::now(),
+            request_id: RequestId::new(),
+            client: LoggedClient::Address {
+                peer: [127, 0, 0, 1].into(),
+                forwarded_for: xff,
+                client: [10, 0, 0, 1].into(),
+            },
+            method: http::Method::GET,
+            target,
+            version: http::Version::HTTP_11,
+            referer: None,
+            user_agent: ua,
+            route: Some(route),
+            outcome: Outcome::Denied,
+            policy: None,
+            upstream: None,
+            status: 429,
+            bytes: 10,
+            duration: Duration::from_millis(3),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(sluice_core::fuzz_cases(2_000)))]
+
+        /// Whatever a client puts in the fields it controls (target, User-Agent,
+        /// X-Forwarded-For; a route name from the file), a combined line is one line with
+        /// exactly its eight field quotes and its fixed tokens after them, and a JSON line is
+        /// one JSON object: no field can forge another field or another line.
+        #[test]
+        fn client_bytes_never_break_a_line(
+            target in "[ -~]{0,40}",
+            ua in proptest::collection::vec(any::<u8>(), 0..40),
+            xff in proptest::collection::vec(any::<u8>(), 0..40),
+            route in "[ -~]{0,12}",
+        ) {
+            let value = |b: &[u8]| HeaderValue::from_bytes(b).ok();
+            let e = entry(target.clone(), value(&ua), value(&xff), route);
+            let mut line = Vec::new();
+            combined(&e, &mut line);
+            prop_assert!(!line.contains(&b'\n') && !line.contains(&b'\r'));
+            prop_assert_eq!(line.iter().filter(|&&b| b == b'"').count(), 8, "{}", String::from_utf8_lossy(&line));
+            let tail = String::from_utf8_lossy(&line[line.iter().rposition(|&b| b == b'"').unwrap() + 1..]).into_owned();
+            let keys: Vec<&str> = tail.split(' ').filter(|t| !t.is_empty()).map(|t| t.split('=').next().unwrap()).collect();
+            prop_assert_eq!(keys, ["rid", "client", "route", "ratelimit", "policy", "upstream", "urt", "rt"]);
+            let mut json_line = Vec::new();
+            json(&e, &mut json_line);
+            prop_assert!(!json_line.contains(&b'\n'));
+            let v: serde_json::Value = serde_json::from_slice(&json_line).unwrap();
+            prop_assert_eq!(v["request_uri"].as_str(), Some(target.as_str()));
+        }
+    }
+}
