@@ -221,6 +221,9 @@ pub struct SlowUpstream {
     pub arrived: Arc<AtomicU64>,
     /// Answers written.
     pub answered: Arc<AtomicU64>,
+    /// The `X-User` of each request read, in arrival order: a test that holds requests
+    /// of its own waits for those, not for a count the background load also moves.
+    pub users: Arc<Mutex<Vec<String>>>,
 }
 
 impl SlowUpstream {
@@ -229,18 +232,30 @@ impl SlowUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (arrived, answered) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let (a, b) = (arrived.clone(), answered.clone());
+        let users = Arc::new(Mutex::new(Vec::new()));
+        let (a, b, u) = (arrived.clone(), answered.clone(), users.clone());
         thread::spawn(move || {
             for conn in listener.incoming().map_while(Result::ok) {
-                let (a, b) = (a.clone(), b.clone());
-                thread::spawn(move || answer_slowly(conn, delay, &a, &b));
+                let (a, b, u) = (a.clone(), b.clone(), u.clone());
+                thread::spawn(move || answer_slowly(conn, delay, &a, &b, &u));
             }
         });
-        Self { addr, arrived, answered }
+        Self { addr, arrived, answered, users }
+    }
+
+    /// Whether a request from `user` has arrived.
+    pub fn has_seen(&self, user: &str) -> bool {
+        self.users.lock().unwrap().iter().any(|u| u == user)
     }
 }
 
-fn answer_slowly(conn: TcpStream, delay: Duration, arrived: &AtomicU64, answered: &AtomicU64) {
+fn answer_slowly(
+    conn: TcpStream,
+    delay: Duration,
+    arrived: &AtomicU64,
+    answered: &AtomicU64,
+    users: &Mutex<Vec<String>>,
+) {
     let mut writer = conn.try_clone().unwrap();
     let mut reader = BufReader::new(conn);
     loop {
@@ -253,6 +268,11 @@ fn answer_slowly(conn: TcpStream, delay: Duration, arrived: &AtomicU64, answered
             }
             if line == "\r\n" {
                 break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("x-user")
+            {
+                users.lock().unwrap().push(value.trim().to_string());
             }
         }
         arrived.fetch_add(1, Ordering::SeqCst);
