@@ -524,9 +524,65 @@ pub struct Upstream {
     /// Speak HTTP/2 to it: every request of a worker thread a stream on one connection (ALPN
     /// `h2` on `https://`, prior knowledge on `http://`); `false`: HTTP/1.1, pooled.
     pub http2: bool,
-    /// How long to wait for the upstream's response headers, and then for each next piece of
-    /// its response body (an upstream silent that long inside a body has the client cut off).
+    /// `timeout_ms`: every stage's bound unless `timeouts` sets it.
     pub timeout: Nanos,
+    /// How long a request to it may wait at each stage (`timeouts`, over `timeout_ms`); a
+    /// route's `timeouts` override them for its requests.
+    pub timeouts: StageTimeouts,
+}
+
+/// How long a request to an upstream may wait at each stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageTimeouts {
+    /// To open a connection (TCP, and TLS's handshake): past it, nothing was sent (a 502; a
+    /// safe request may go to another target).
+    pub connect: Nanos,
+    /// From the request's sending to the response head, connecting included: past it, a 504.
+    pub first_byte: Nanos,
+    /// The longest the response body may go without a byte: past it the client's connection
+    /// is cut.
+    pub idle: Nanos,
+}
+
+impl StageTimeouts {
+    /// Every stage bounded by `n`.
+    pub fn all(n: Nanos) -> Self {
+        Self { connect: n, first_byte: n, idle: n }
+    }
+}
+
+/// A `timeouts` table: the stages it sets, each in place of the one it is laid over.
+///
+/// ```
+/// use sluice_config::{StageTimeouts, TimeoutsOverride};
+/// let route = TimeoutsOverride { first_byte: Some(120), ..Default::default() };
+/// let upstream = StageTimeouts::all(30);
+/// assert_eq!(route.over(upstream), StageTimeouts { connect: 30, first_byte: 120, idle: 30 });
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimeoutsOverride {
+    /// `connect`.
+    pub connect: Option<Nanos>,
+    /// `first_byte`.
+    pub first_byte: Option<Nanos>,
+    /// `idle`.
+    pub idle: Option<Nanos>,
+}
+
+impl TimeoutsOverride {
+    /// `base` with the stages set here in place of its own.
+    pub fn over(&self, base: StageTimeouts) -> StageTimeouts {
+        StageTimeouts {
+            connect: self.connect.unwrap_or(base.connect),
+            first_byte: self.first_byte.unwrap_or(base.first_byte),
+            idle: self.idle.unwrap_or(base.idle),
+        }
+    }
+
+    /// Whether it sets no stage.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// `[[upstreams]]`: a named service of one or more targets.
@@ -639,6 +695,9 @@ pub struct Route {
     /// `upstream = "name"`: the `[[upstreams]]` its requests go to (an index into
     /// [`Config::upstreams`]); `None`: `[upstream]`.
     pub upstream: Option<usize>,
+    /// `timeouts`: the stages of its requests to the upstream it bounds in place of the
+    /// upstream's own (an LLM route waiting minutes for a first token, say).
+    pub timeouts: TimeoutsOverride,
 }
 
 /// Refusals a route can waive (`loosen = ["content-type", "query"]`).

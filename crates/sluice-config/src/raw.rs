@@ -116,6 +116,7 @@ pub(crate) struct RawUpstreams {
     pub client_key: Option<String>,
     pub http2: Option<bool>,
     pub timeout_ms: Option<u64>,
+    pub timeouts: Option<RawTimeouts>,
     pub eject_after: Option<u32>,
     pub eject_for: Option<String>,
     pub eject_on_5xx: Option<bool>,
@@ -141,6 +142,17 @@ pub(crate) struct RawUpstream {
     pub client_key: Option<String>,
     pub http2: Option<bool>,
     pub timeout_ms: Option<u64>,
+    pub timeouts: Option<RawTimeouts>,
+}
+
+/// `timeouts = { connect = "1s", first_byte = "30s", idle = "10s" }` (an upstream's or a
+/// route's), each a duration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTimeouts {
+    pub connect: Option<String>,
+    pub first_byte: Option<String>,
+    pub idle: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,6 +194,7 @@ pub(crate) struct RawRoute {
     pub upgrades: Vec<String>,
     pub cors: Option<RawRouteCors>,
     pub upstream: Option<String>,
+    pub timeouts: Option<RawTimeouts>,
 }
 
 #[derive(Debug, Deserialize)]

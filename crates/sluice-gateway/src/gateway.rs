@@ -10,7 +10,7 @@ use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Either;
 use hyper::body::Incoming;
-use sluice_config::{Config, KeySource, OnDeny, PlanChoice, TokenSource};
+use sluice_config::{Config, KeySource, OnDeny, PlanChoice, Route, TimeoutsOverride, TokenSource};
 use sluice_http::body_key::BodyRefusal;
 use sluice_http::headers::write_denial_headers;
 use sluice_http::identity::Client;
@@ -37,14 +37,17 @@ use crate::tunnel::{ClientUpgrade, Tunnel};
 use crate::upstreams::health::HealthBook;
 use crate::upstreams::{Group, Upstreams};
 
+/// A request no route's `timeouts` bound: its upstream's own.
+static NO_OVERRIDE: TimeoutsOverride = TimeoutsOverride { connect: None, first_byte: None, idle: None };
+
 /// One loaded configuration and everything derived from it.
 pub struct InForce {
     /// The configuration.
     pub config: Config,
     /// The decision pipeline over this configuration's policies and store.
     pub limiter: Limiter,
-    /// Where admitted requests go; `None`: the gateway answers them itself.
-    upstreams: Upstreams,
+    /// Where admitted requests go (none: the gateway answers them itself).
+    pub(crate) upstreams: Upstreams,
     /// How the upstream is told who the client is (identity headers from untrusted peers go).
     forwarding: Forwarding,
     /// Body reads in progress per client, capped.
@@ -328,13 +331,17 @@ impl Proxied<'_> {
         crate::upstreams::request_hash(group, self.loaded.limiter.keys(), &facts)
     }
 
-    /// The group of the route counted as `at` in `loaded` (`[upstream]` for anything else).
-    fn group<'a>(loaded: &'a InForce, at: Counted<'_>) -> Option<&'a Group> {
-        let route = match at {
+    /// The route counted as `at` in `loaded`, if it is one.
+    fn route<'a>(loaded: &'a InForce, at: Counted<'_>) -> Option<&'a Route> {
+        match at {
             Counted::Route(i, _) => loaded.config.routes.get(i),
             Counted::Named(_) => None,
-        };
-        loaded.upstreams.for_route(route)
+        }
+    }
+
+    /// The group of the route counted as `at` in `loaded` (`[upstream]` for anything else).
+    fn group<'a>(loaded: &'a InForce, at: Counted<'_>) -> Option<&'a Group> {
+        loaded.upstreams.for_route(Self::route(loaded, at))
     }
 }
 
@@ -385,8 +392,9 @@ impl Face for Proxied<'_> {
             (Some(group), Some(body)) => {
                 let hash = self.balance_hash(group, head.method.as_str(), head.uri.path(), &head.headers, at.name());
                 let req = Request::from_parts(head, body);
+                let timeouts = Self::route(loaded, at).map_or(&NO_OVERRIDE, |r| &r.timeouts);
                 let (res, target) =
-                    group.forward(req, self.client, &loaded.forwarding, hash, self.noted.is_some()).await;
+                    group.forward(req, self.client, &loaded.forwarding, hash, timeouts, self.noted.is_some()).await;
                 self.note_target(target);
                 res
             }
@@ -409,8 +417,9 @@ impl Face for Proxied<'_> {
             (Some(group), Some(body)) => {
                 let hash = self.balance_hash(group, head.method.as_str(), head.uri.path(), &head.headers, "");
                 let req = Request::from_parts(head, body);
-                let (res, target) =
-                    group.forward(req, self.client, &self.loaded.forwarding, hash, self.noted.is_some()).await;
+                let (res, target) = group
+                    .forward(req, self.client, &self.loaded.forwarding, hash, &NO_OVERRIDE, self.noted.is_some())
+                    .await;
                 self.note_target(target);
                 res
             }
@@ -584,7 +593,9 @@ impl Handler for Gateway {
                 Some(group) if !crate::cors::Asked::answered_here(&loaded.config) => {
                     let (head, body) = req.into_parts();
                     let body = ReplayBody::untouched(loaded.body_watch.watch(body));
-                    group.forward(Request::from_parts(head, body), &client, &loaded.forwarding, 0, false).await.0
+                    let timeouts = route.map_or(&NO_OVERRIDE, |r| &r.timeouts);
+                    let req = Request::from_parts(head, body);
+                    group.forward(req, &client, &loaded.forwarding, 0, timeouts, false).await.0
                 }
                 _ => cors.preflight_answer(&loaded.config),
             };

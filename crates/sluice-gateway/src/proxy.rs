@@ -9,12 +9,13 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use http_body_util::Either;
 
-use sluice_config::{ForwardedHeader, UnderscoreHeaders};
+use sluice_config::{ForwardedHeader, TimeoutsOverride, UnderscoreHeaders};
 use sluice_http::identity::Client;
 use sluice_http::meter::Metered;
 use sluice_upstream::hop_by_hop::strip_hop_by_hop;
 use sluice_upstream::pool::{ConnPool, SWEEP_EVERY, SendError};
 use sluice_upstream::socket::TcpConnect;
+use sluice_upstream::timeouts::Timeouts;
 use sluice_upstream::tls::{AnyConnect, TlsConnect, tls_failure};
 
 use crate::body::{ClientBodyError, ReplayBody};
@@ -42,9 +43,10 @@ pub struct Upstream {
     id: u64,
     /// `host:port` every forwarded request is sent to.
     authority: http::uri::Authority,
-    /// How long to wait for the response headers before answering 504, and the longest a
-    /// response body may then wait for its next bytes before the client's connection is cut.
-    timeout: Duration,
+    /// How long a request may wait to connect (then 502), for the response head (then 504) and
+    /// inside the response body (then the client's connection is cut), unless its route says
+    /// otherwise.
+    timeouts: Timeouts,
     /// How a connection is opened: TCP, or TLS for an `https://` upstream (asking for HTTP/1.1:
     /// the connector of WebSocket tunnels, and of the pools unless `http2`).
     connect: AnyConnect,
@@ -88,10 +90,10 @@ fn ensure_sweeper() {
 const POOLS_PER_THREAD: usize = 4;
 
 impl Upstream {
-    /// A client for `url` (`http://host:port`), waiting at most `timeout` for response headers
-    /// and, inside a response body, for its next bytes.
+    /// A client for `url` (`http://host:port`), waiting at most `timeout` to connect, for
+    /// response headers and, inside a response body, for its next bytes.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, GatewayError> {
-        Self::with_tls(url, timeout, None, None)
+        Self::with_tls(url, timeout.into(), None, None)
     }
 
     /// The same upstream spoken to in HTTP/2 (`[upstream] http2 = true`).
@@ -102,14 +104,19 @@ impl Upstream {
     /// [`Upstream::new`] for the `[upstream]` of a configuration: an `https://` one checked
     /// against its `ca` (or the system's roots), with its client certificate if it has one.
     pub fn of_config(u: &sluice_config::Upstream) -> Result<Self, GatewayError> {
-        let upstream =
-            Self::with_tls(&u.url, Duration::from_nanos(u.timeout), u.ca.as_deref(), u.client_cert.as_ref())?;
+        let t = u.timeouts;
+        let timeouts = Timeouts {
+            connect: Duration::from_nanos(t.connect),
+            first_byte: Duration::from_nanos(t.first_byte),
+            idle: Duration::from_nanos(t.idle),
+        };
+        let upstream = Self::with_tls(&u.url, timeouts, u.ca.as_deref(), u.client_cert.as_ref())?;
         Ok(if u.http2 { upstream.speaking_http2() } else { upstream })
     }
 
     fn with_tls(
         url: &str,
-        timeout: Duration,
+        timeouts: Timeouts,
         ca: Option<&std::path::Path>,
         client_cert: Option<&sluice_config::TlsPair>,
     ) -> Result<Self, GatewayError> {
@@ -128,7 +135,7 @@ impl Upstream {
         };
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Self { id, authority, timeout, connect, scheme, http2: false, tls_errors: None })
+        Ok(Self { id, authority, timeouts, connect, scheme, http2: false, tls_errors: None })
     }
 
     /// `host:port` of the upstream.
@@ -153,7 +160,7 @@ impl Upstream {
                 pools.remove(0);
             }
             let connect = if self.http2 { self.connect.http2() } else { self.connect.clone() };
-            let p = Arc::new(Pool::new(connect, self.timeout));
+            let p = Arc::new(Pool::new(connect));
             pools.push((self.id, p.clone()));
             p
         })
@@ -164,17 +171,32 @@ impl Upstream {
     /// let stall is answered 400 or 408 (see [`ClientBodyError`]): the upstream request was
     /// aborted and its connection closed, never reused, whatever part of the body it received.
     pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
-        self.send(req, client, forwarding).await.unwrap_or_else(|failed| failed.answer)
+        let unchanged = TimeoutsOverride::default();
+        self.send(req, client, forwarding, &unchanged).await.unwrap_or_else(|failed| failed.answer)
     }
 
-    /// [`Upstream::forward`], saying how it failed when it did (for passive health checks and
-    /// retries), the answer to give ready in the failure.
+    /// The timeouts of a request whose route sets `route`'s (over this upstream's).
+    fn timeouts(&self, route: &TimeoutsOverride) -> Timeouts {
+        let own = self.timeouts;
+        let at = |set: Option<u64>, own: Duration| set.map_or(own, Duration::from_nanos);
+        Timeouts {
+            connect: at(route.connect, own.connect),
+            first_byte: at(route.first_byte, own.first_byte),
+            idle: at(route.idle, own.idle),
+        }
+    }
+
+    /// [`Upstream::forward`], with the stages its route bounds (`timeouts`) in place of this
+    /// upstream's, saying how it failed when it did (for passive health checks and retries), the
+    /// answer to give ready in the failure.
     pub async fn send(
         &self,
         req: Request<ReplayBody>,
         client: &Client,
         forwarding: &Forwarding,
+        timeouts: &TimeoutsOverride,
     ) -> Result<Response<Body>, Failure> {
+        let timeouts = self.timeouts(timeouts);
         let (mut parts, body) = req.into_parts();
         if let Err(e) = self.addressed(&mut parts) {
             return Err(Failure { kind: FailureKind::Client, answer: e.answer() });
@@ -186,12 +208,12 @@ impl Upstream {
             if let Err(e) = self.in_absolute_form(&mut parts) {
                 return Err(Failure { kind: FailureKind::Client, answer: e.answer() });
             }
-            self.pool().send_multiplexed(Request::from_parts(parts, body), self.timeout).await
+            self.pool().send_multiplexed(Request::from_parts(parts, body), timeouts).await
         } else if http_body::Body::is_end_stream(&body) {
             parts.version = http::Version::HTTP_11;
             // A request without a body goes on the proxy's own connections (see
             // `sluice_upstream::h1`), whose response heads come without their hop-by-hop fields.
-            self.pool().send_bodiless(&parts, self.timeout).await
+            self.pool().send_bodiless(&parts, timeouts).await
         } else {
             parts.version = http::Version::HTTP_11;
             // A body of unknown length goes on chunked, whatever the method: hyper's client would
@@ -201,7 +223,7 @@ impl Upstream {
                 parts.headers.remove(header::CONTENT_LENGTH);
                 parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
             }
-            self.pool().send(Request::from_parts(parts, body), self.timeout).await.map(|mut res| {
+            self.pool().send(Request::from_parts(parts, body), timeouts).await.map(|mut res| {
                 strip_hop_by_hop(res.headers_mut());
                 res
             })
@@ -349,7 +371,7 @@ impl Upstream {
             return e.answer();
         }
         forwarding.apply(&mut parts.headers, client);
-        crate::tunnel::open(&self.connect, parts, upgrade.0, self.timeout, idle).await
+        crate::tunnel::open(&self.connect, parts, upgrade.0, self.timeouts.first_byte, idle).await
     }
 }
 

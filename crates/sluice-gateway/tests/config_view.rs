@@ -91,6 +91,7 @@ key = "{key}"
 [upstream]
 url = "http://127.0.0.1:9000"
 timeout_ms = 2000
+timeouts = {{ connect = "500ms", first_byte = "3s", idle = "4s" }}
 
 [[policy]]
 name = "window"
@@ -125,6 +126,7 @@ loosen = ["query"]
 upgrades = ["websocket"]
 cors = {{ allow_origins = ["*"] }}
 upstream = "search"
+timeouts = {{ connect = "250ms", first_byte = "90s", idle = "10s" }}
 limits = [
   {{ policy = "window", key = ["json:/email", "route"], cost = 1 }},
   {{ key = "jwt:sub|user", policy_by = "jwt:plan", policies = {{ pro = "bucket" }}, default_policy = "leaky", cost_from = "response-header:x-usage" }},
@@ -177,6 +179,7 @@ client_cert = "{cert}"
 client_key = "{key}"
 http2 = true
 timeout_ms = 2500
+timeouts = {{ connect = "1s", first_byte = "2m", idle = "30s" }}
 eject_after = 5
 eject_for = "20s"
 eject_on_5xx = true

@@ -1,7 +1,7 @@
 //! The status page in a real browser: headless Chromium loads the admin listener's `/` after a
 //! known request sequence, runs its script (which polls `status.json` under the page's
 //! Content-Security-Policy), and the rendered DOM shows the expected counts, the denied key,
-//! the store and the configuration. A screenshot is saved in the test's temporary directory
+//! the store, the upstream and the configuration. A screenshot is saved in the test's temporary directory
 //! (and copied to `$SLUICE_STATUS_PNG` when that is set, for the documentation).
 //!
 //! Chromium is Debian's `chromium` package.
@@ -46,7 +46,10 @@ async fn a_browser_renders_the_live_counts_the_denied_key_the_store_and_the_conf
     let clock = Arc::new(ManualClock::new(T0));
     let store = memory_store(STATUS_CONFIG, &clock);
     let observer = Arc::new(Observer::with_sources(clock.clone(), Arc::new(ThreadRandom)));
-    let (_gw, addr, admin) = gateway_on(STATUS_CONFIG, Arc::new(store), observer).await;
+    // Admitted requests go to a real upstream, for the page's upstream row.
+    let up = common::upstream().await;
+    let config = format!("{STATUS_CONFIG}\n[upstream]\nurl = \"http://{}\"\n", up.addr);
+    let (_gw, addr, admin) = gateway_on(&config, Arc::new(store), observer).await;
     let client = Client::new(addr);
     let mut seen = Vec::new();
     for _ in 0..5 {
@@ -81,7 +84,12 @@ async fn a_browser_renders_the_live_counts_the_denied_key_the_store_and_the_conf
     assert!(dom.contains("data-field=\"breaker\">none<"), "{dom}");
     let route = row(&dom, &["data-route-name=\"search\""]);
     assert!(route.contains("watch by ip; per-account by header:x-account|ip") && route.contains(">GET<"), "{route}");
-    assert!(row(&dom, &["data-policy-name=\"per-account\""]).contains("limit=5, window_ms=900000"), "{dom}");
+    assert!(row(&dom, &["data-policy-name=\"per-account\""]).contains("limit=5, window=15m"), "{dom}");
+    // The upstream's row: up, the six admitted requests answered, response times under a bound.
+    let target = row(&dom, &["data-upstream=\"default\"", &format!("data-target=\"{}\"", up.addr)]);
+    assert_eq!((field(target, "state"), field(target, "responses"), field(target, "failures")), ("up", "6", "0"));
+    assert!(field(target, "p99").ends_with(" ms") || field(target, "p99").ends_with(" s"), "{target}");
+    assert!(dom.contains(">no reload since start<") && dom.contains("id=\"uptime\">up "), "{dom}");
     assert!(!dom.contains("never shows this secret"), "a secret reached the page");
 
     let png = shot_dir.join("status.png");

@@ -12,6 +12,8 @@
 //!   responses;
 //! - [`socket`]: what a connection runs over ([`socket::Socket`]: TCP, or a scripted stream in
 //!   tests) and how a pool opens one ([`socket::Connect`]);
+//! - [`timeouts`]: how long a request may wait to connect, for its response head, and inside
+//!   its response body;
 //! - [`deadline`]: a future raced against a sleep its connection keeps.
 //!
 //! It knows nothing of the gateway: no configuration, no limits, no client slots. What a
@@ -20,11 +22,10 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use std::time::Duration;
 //! use sluice_upstream::pool::ConnPool;
 //! use sluice_upstream::socket::TcpConnect;
 //! let pool: Arc<ConnPool<TcpConnect, http_body_util::Empty<bytes::Bytes>>> =
-//!     Arc::new(ConnPool::new(TcpConnect::new("127.0.0.1:8080".into()), Duration::from_secs(30)));
+//!     Arc::new(ConnPool::new(TcpConnect::new("127.0.0.1:8080".into())));
 //! pool.sweep();
 //! ```
 
@@ -34,4 +35,5 @@ pub mod hop_by_hop;
 pub mod multiplexed;
 pub mod pool;
 pub mod socket;
+pub mod timeouts;
 pub mod tls;

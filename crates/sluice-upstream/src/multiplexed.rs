@@ -7,12 +7,11 @@
 //! asks for `h2` by ALPN and refuses an upstream that does not agree (see
 //! [`crate::tls::TlsConnect::http2`]); over TCP it is HTTP/2 with prior knowledge (h2c).
 //!
-//! Timeouts are those of HTTP/1.1: the response head within the request's timeout, then each
-//! next piece of the body within the pool's idle timeout ([`crate::pool::PooledBody`]), timed
-//! on a sleep the body keeps.
+//! Timeouts are those of HTTP/1.1 ([`Timeouts`]): the connection opened within `connect`, the
+//! response head within `first_byte`, then each next piece of the body within `idle`
+//! ([`crate::pool::PooledBody`]), timed on a sleep the body keeps.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::client::conn::http2::{self, SendRequest};
@@ -22,6 +21,7 @@ use tokio::time::Instant;
 use crate::deadline::within;
 use crate::pool::{ConnPool, PooledBody, RequestBody, SendError};
 use crate::socket::Connect;
+use crate::timeouts::Timeouts;
 
 /// A pool's HTTP/2 connection, once opened.
 #[derive(Debug)]
@@ -41,21 +41,21 @@ impl<B> Default for Shared<B> {
 
 impl<C: Connect, B: RequestBody> ConnPool<C, B> {
     /// Sends `req` as a stream of this thread's HTTP/2 connection to the upstream (opened when
-    /// there is none, or when the one kept is closed), waiting at most `timeout` for the response
-    /// head. `req`'s target must be in absolute form (`scheme://authority/path`): HTTP/2 carries
+    /// there is none, or when the one kept is closed), within `timeouts`. `req`'s target must be in absolute form (`scheme://authority/path`): HTTP/2 carries
     /// them as `:scheme` and `:authority`. A request the kept connection refused before sending
     /// anything (it was closing) goes on a new one.
     pub async fn send_multiplexed<H>(
         self: &Arc<Self>,
         req: Request<B>,
-        timeout: Duration,
+        timeouts: impl Into<Timeouts>,
     ) -> Result<Response<PooledBody<C, B, H>>, SendError> {
-        let mut sleep = Box::pin(tokio::time::sleep_until(Instant::now() + timeout));
+        let timeouts = timeouts.into();
+        let mut sleep = Box::pin(tokio::time::sleep_until(Instant::now() + timeouts.first_byte));
         let mut req = req;
         if let Some(mut sender) = self.kept_stream_sender() {
             match within(&mut sleep, sender.try_send_request(req)).await {
                 None => return Err(SendError::Timeout),
-                Some(Ok(res)) => return Ok(self.streamed(res, sleep)),
+                Some(Ok(res)) => return Ok(self.streamed(res, sleep, timeouts.idle)),
                 Some(Err(mut e)) => match e.take_message() {
                     Some(back) => req = back,
                     None => return Err(SendError::Http(e.into_error())),
@@ -67,7 +67,7 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
                 let _opening = self.multiplexed.opening.lock().await;
                 match self.kept_stream_sender() {
                     Some(opened_meanwhile) => opened_meanwhile,
-                    None => self.open_multiplexed().await?,
+                    None => self.open_multiplexed(&timeouts).await?,
                 }
             };
             sender.ready().await?;
@@ -76,7 +76,7 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         match sent.await {
             None => Err(SendError::Timeout),
             Some(Err(e)) => Err(e),
-            Some(Ok(res)) => Ok(self.streamed(res, sleep)),
+            Some(Ok(res)) => Ok(self.streamed(res, sleep, timeouts.idle)),
         }
     }
 
@@ -87,8 +87,8 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
     }
 
     /// A new HTTP/2 connection, kept for the requests that follow (in place of a closed one).
-    async fn open_multiplexed(&self) -> Result<SendRequest<B>, SendError> {
-        let stream = self.connector.connect().await?;
+    async fn open_multiplexed(&self, timeouts: &Timeouts) -> Result<SendRequest<B>, SendError> {
+        let stream = self.open(timeouts).await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new()).handshake(TokioIo::new(stream)).await?;
         // Driven on this worker's runtime, as HTTP/1.1 connections are; it ends when the
         // upstream closes or every handle is dropped.

@@ -11,7 +11,7 @@
 //! driven by the task that serves the client; and hyper's, each driven by a task of its own, for
 //! requests with a body (hyper writes the body while it reads an early response).
 //!
-//! On both, a response body that waits longer than the pool's idle timeout for its next bytes
+//! On both, a response body that waits longer than its request's idle timeout for its next bytes
 //! fails (the client's connection is cut; the upstream's is closed): an upstream that stalls
 //! mid-body does not hold a client, its slot in flight and a connection for ever. The wait is
 //! timed on the sleep the connection keeps for its response heads, moved on, so a body registers
@@ -37,6 +37,7 @@ use crate::h1::connection::{Connection, ExchangeError};
 use crate::h1::request_head;
 use crate::h1::response_head::Head;
 use crate::socket::Connect;
+use crate::timeouts::Timeouts;
 
 /// Idle connections kept per worker thread and upstream; beyond them, a connection is closed.
 const MAX_IDLE: usize = 1024;
@@ -62,7 +63,7 @@ pub enum SendError {
     Timeout,
 }
 
-/// A response body's next bytes did not come within the pool's idle timeout.
+/// A response body's next bytes did not come within its request's idle timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the upstream sent nothing of the response body for {0:?}")]
 pub struct BodyStalled(pub Duration);
@@ -95,8 +96,6 @@ struct RawConn<S> {
 pub struct ConnPool<C: Connect, B> {
     /// Opens new connections to the upstream.
     pub(crate) connector: C,
-    /// The longest a response body may wait for its next bytes.
-    body_idle: Duration,
     /// hyper's connections ready for a request (with a body), most recently used last.
     idle: Mutex<Vec<Conn<B>>>,
     /// The proxy's own connections ready for a request without a body, most recently used last.
@@ -107,20 +106,31 @@ pub struct ConnPool<C: Connect, B> {
 }
 
 impl<C: Connect, B: RequestBody> ConnPool<C, B> {
-    /// No connections yet; they are opened by `connector`, and their response bodies fail after
-    /// `body_idle` without a byte.
-    pub fn new(connector: C, body_idle: Duration) -> Self {
+    /// No connections yet; they are opened by `connector`.
+    pub fn new(connector: C) -> Self {
         Self {
             connector,
-            body_idle,
             idle: Mutex::new(Vec::new()),
             raw_idle: Mutex::new(Vec::new()),
             multiplexed: Default::default(),
         }
     }
 
+    /// Opens a new connection, within `timeouts.connect`: past it, a [`SendError::Connect`] of
+    /// kind `TimedOut` (nothing of the request was sent).
+    pub(crate) async fn open(&self, timeouts: &Timeouts) -> Result<C::Socket, SendError> {
+        match tokio::time::timeout(timeouts.connect, self.connector.connect()).await {
+            Ok(opened) => Ok(opened?),
+            Err(_) => Err(SendError::Connect(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {:?}", timeouts.connect),
+            ))),
+        }
+    }
+
     /// Sends the request `parts` describe, which has no body, on one of the proxy's own
-    /// connections (an idle one, or a new one), waiting at most `timeout` for the response head.
+    /// connections (an idle one, or a new one), within `timeouts` (a [`Duration`] bounds each
+    /// stage alike).
     /// An idle connection that loses the request before any byte of a response (the upstream
     /// closed it meanwhile) is replaced by a new one for a safe method (`GET`, `HEAD`, `OPTIONS`,
     /// `TRACE`); for another the upstream may have acted on it (a reset can come after the
@@ -128,9 +138,10 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
     pub async fn send_bodiless<H>(
         self: &Arc<Self>,
         parts: &Parts,
-        timeout: Duration,
+        timeouts: impl Into<Timeouts>,
     ) -> Result<Response<PooledBody<C, B, H>>, SendError> {
-        let deadline = Instant::now() + timeout;
+        let timeouts = timeouts.into();
+        let deadline = Instant::now() + timeouts.first_byte;
         let mut sleep = None;
         if let Some(mut raw) = self.checkout_raw() {
             raw.sleep.as_mut().reset(deadline);
@@ -138,14 +149,14 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
             let RawConn { conn, sleep: s } = &mut raw;
             match within(s, conn.exchange(&parts.method)).await {
                 None => return Err(SendError::Timeout),
-                Some(Ok(head)) => return Ok(self.raw_response(head, raw)),
+                Some(Ok(head)) => return Ok(self.raw_response(head, raw, timeouts.idle)),
                 Some(Err(ExchangeError::Lost(_))) if parts.method.is_safe() => sleep = Some(raw.sleep),
                 Some(Err(e)) => return Err(e.into()),
             }
         }
         let mut sleep = sleep.unwrap_or_else(|| Box::pin(tokio::time::sleep_until(deadline)));
         let sent = within(&mut sleep, async {
-            let mut conn = Connection::new(self.connector.connect().await?);
+            let mut conn = Connection::new(self.open(&timeouts).await?);
             request_head::write(parts, conn.head_buffer());
             let head = conn.exchange(&parts.method).await?;
             Ok::<_, SendError>((head, conn))
@@ -153,15 +164,21 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         match sent.await {
             None => Err(SendError::Timeout),
             Some(Err(e)) => Err(e),
-            Some(Ok((head, conn))) => Ok(self.raw_response(head, RawConn { conn, sleep })),
+            Some(Ok((head, conn))) => Ok(self.raw_response(head, RawConn { conn, sleep }, timeouts.idle)),
         }
     }
 
-    /// The response of `head`, its body read from `raw` (given back at the body's end).
-    fn raw_response<H>(self: &Arc<Self>, head: Head, raw: RawConn<C::Socket>) -> Response<PooledBody<C, B, H>> {
+    /// The response of `head`, its body read from `raw` (given back at the body's end), failing
+    /// after `idle` without a byte.
+    fn raw_response<H>(
+        self: &Arc<Self>,
+        head: Head,
+        raw: RawConn<C::Socket>,
+        idle: Duration,
+    ) -> Response<PooledBody<C, B, H>> {
         let decoder = Decoder::new(head.framing);
         let inner = Inner::Raw { back: Some((Arc::clone(self), raw)), decoder, reusable: head.reusable };
-        let mut body = PooledBody::new(inner);
+        let mut body = PooledBody::new(inner, idle);
         if body.is_done() {
             body.give_back();
         }
@@ -197,15 +214,16 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         self.raw_idle.lock().unwrap_or_else(|p| p.into_inner()).retain_mut(|raw| !raw.conn.is_stale());
     }
 
-    /// Sends `req` (in origin form) on an idle connection, or on a new one, waiting at most
-    /// `timeout` for the response head. A request that an idle connection refused before sending
-    /// anything (the upstream closed it meanwhile) is sent again on a new connection.
+    /// Sends `req` (in origin form) on an idle connection, or on a new one, within `timeouts`. A
+    /// request that an idle connection refused before sending anything (the upstream closed it
+    /// meanwhile) is sent again on a new connection.
     pub async fn send<H>(
         self: &Arc<Self>,
         req: Request<B>,
-        timeout: Duration,
+        timeouts: impl Into<Timeouts>,
     ) -> Result<Response<PooledBody<C, B, H>>, SendError> {
-        let deadline = Instant::now() + timeout;
+        let timeouts = timeouts.into();
+        let deadline = Instant::now() + timeouts.first_byte;
         let mut req = req;
         // A connection given back at its body's end is ready once its task has seen that end.
         if let Some(mut conn) = self.checkout() {
@@ -215,7 +233,7 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
                 None => return Err(SendError::Timeout),
                 Some(Ok(())) => match within(sleep, sender.try_send_request(req)).await {
                     None => return Err(SendError::Timeout),
-                    Some(Ok(res)) => return Ok(self.pooled(res, conn)),
+                    Some(Ok(res)) => return Ok(self.pooled(res, conn, timeouts.idle)),
                     Some(Err(mut e)) => match e.take_message() {
                         Some(back) => req = back,
                         None => return Err(SendError::Http(e.into_error())),
@@ -224,9 +242,9 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
                 // Closed meanwhile: a new connection takes the request.
                 Some(Err(_)) => {}
             }
-            return self.send_new(req, conn.sleep).await;
+            return self.send_new(req, conn.sleep, &timeouts).await;
         }
-        self.send_new(req, Box::pin(tokio::time::sleep_until(deadline))).await
+        self.send_new(req, Box::pin(tokio::time::sleep_until(deadline)), &timeouts).await
     }
 
     /// Sends `req` on a new connection, within `sleep`.
@@ -234,16 +252,17 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         self: &Arc<Self>,
         req: Request<B>,
         mut sleep: Pin<Box<Sleep>>,
+        timeouts: &Timeouts,
     ) -> Result<Response<PooledBody<C, B, H>>, SendError> {
         let sent = within(&mut sleep, async {
-            let mut sender = self.connect().await?;
+            let mut sender = self.connect(timeouts).await?;
             let res = sender.send_request(req).await?;
             Ok::<_, SendError>((res, sender))
         });
         match sent.await {
             None => Err(SendError::Timeout),
             Some(Err(e)) => Err(e),
-            Some(Ok((res, sender))) => Ok(self.pooled(res, Conn { sender, sleep })),
+            Some(Ok((res, sender))) => Ok(self.pooled(res, Conn { sender, sleep }, timeouts.idle)),
         }
     }
 
@@ -268,8 +287,8 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<B>, SendError> {
-        let stream = self.connector.connect().await?;
+    async fn connect(&self, timeouts: &Timeouts) -> Result<SendRequest<B>, SendError> {
+        let stream = self.open(timeouts).await?;
         let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(stream)).await?;
         // Driven on this worker's runtime; it ends when the upstream closes or every handle to
         // the connection is dropped.
@@ -279,19 +298,30 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
         Ok(sender)
     }
 
-    fn pooled<H>(self: &Arc<Self>, res: Response<Incoming>, conn: Conn<B>) -> Response<PooledBody<C, B, H>> {
+    fn pooled<H>(
+        self: &Arc<Self>,
+        res: Response<Incoming>,
+        conn: Conn<B>,
+        idle: Duration,
+    ) -> Response<PooledBody<C, B, H>> {
         let (parts, body) = res.into_parts();
-        let mut pooled = PooledBody::new(Inner::Hyper { body, back: Some((Arc::clone(self), conn)) });
+        let mut pooled = PooledBody::new(Inner::Hyper { body, back: Some((Arc::clone(self), conn)) }, idle);
         if pooled.is_done() {
             pooled.give_back();
         }
         Response::from_parts(parts, pooled)
     }
 
-    /// A response streamed on an HTTP/2 connection: its body's waits are timed on `sleep`.
-    pub(crate) fn streamed<H>(&self, res: Response<Incoming>, sleep: Pin<Box<Sleep>>) -> Response<PooledBody<C, B, H>> {
+    /// A response streamed on an HTTP/2 connection: its body's waits, `idle` at most, are timed
+    /// on `sleep`.
+    pub(crate) fn streamed<H>(
+        &self,
+        res: Response<Incoming>,
+        sleep: Pin<Box<Sleep>>,
+        idle: Duration,
+    ) -> Response<PooledBody<C, B, H>> {
         let (parts, body) = res.into_parts();
-        Response::from_parts(parts, PooledBody::new(Inner::Stream { body, sleep, idle: self.body_idle }))
+        Response::from_parts(parts, PooledBody::new(Inner::Stream { body, sleep }, idle))
     }
 }
 
@@ -300,6 +330,8 @@ impl<C: Connect, B: RequestBody> ConnPool<C, B> {
 #[derive(Debug)]
 pub struct PooledBody<C: Connect, B, H = ()> {
     inner: Inner<C, B>,
+    /// The longest a wait for the body's next bytes may last (its request's idle timeout).
+    idle: Duration,
     /// Held until the body is dropped: a gateway's slot in flight, so that a request counts
     /// until its response's body is done with (sent whole, or dropped with the client's
     /// connection).
@@ -339,8 +371,6 @@ enum Inner<C: Connect, B> {
         body: Incoming,
         /// Times the waits for the body's next bytes.
         sleep: Pin<Box<Sleep>>,
-        /// The longest such wait.
-        idle: Duration,
     },
 }
 
@@ -359,8 +389,8 @@ pub trait Held: Send + 'static {
 impl Held for () {}
 
 impl<C: Connect, B, H> PooledBody<C, B, H> {
-    fn new(inner: Inner<C, B>) -> Self {
-        Self { inner, held: None, waiting: false, stalled: false }
+    fn new(inner: Inner<C, B>, idle: Duration) -> Self {
+        Self { inner, idle, held: None, waiting: false, stalled: false }
     }
 
     /// Keeps `held` (a request's slot in flight) until this body is dropped.
@@ -444,37 +474,35 @@ impl<C: Connect, B: RequestBody, H> PooledBody<C, B, H> {
                     // An error ends the connection with the exchange: it is not given back.
                     Poll::Ready(Some(Err(_))) => *back = None,
                     Poll::Pending => {
-                        if let Some((pool, conn)) = back
-                            && stalled(&mut conn.sleep, &mut this.waiting, pool.body_idle, cx)
+                        if let Some((_, conn)) = back
+                            && stalled(&mut conn.sleep, &mut this.waiting, this.idle, cx)
                         {
-                            let idle = pool.body_idle;
                             *back = None;
                             this.stalled = true;
-                            return Poll::Ready(Some(Err(BodyStalled(idle).into())));
+                            return Poll::Ready(Some(Err(BodyStalled(this.idle).into())));
                         }
                     }
                     _ => {}
                 }
                 polled.map_err(Into::into)
             }
-            Inner::Stream { body, sleep, idle } => {
+            Inner::Stream { body, sleep } => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
-                if polled.is_pending() && stalled(sleep, &mut this.waiting, *idle, cx) {
+                if polled.is_pending() && stalled(sleep, &mut this.waiting, this.idle, cx) {
                     this.stalled = true;
-                    return Poll::Ready(Some(Err(BodyStalled(*idle).into())));
+                    return Poll::Ready(Some(Err(BodyStalled(this.idle).into())));
                 }
                 polled.map_err(Into::into)
             }
             Inner::Raw { back, decoder, .. } => {
-                let Some((pool, raw)) = back.as_mut() else { return Poll::Ready(None) };
+                let Some((_, raw)) = back.as_mut() else { return Poll::Ready(None) };
                 match raw.conn.poll_body(decoder, cx) {
                     Poll::Pending => {
-                        if stalled(&mut raw.sleep, &mut this.waiting, pool.body_idle, cx) {
-                            let idle = pool.body_idle;
+                        if stalled(&mut raw.sleep, &mut this.waiting, this.idle, cx) {
                             // The connection goes with the failed exchange.
                             *back = None;
                             this.stalled = true;
-                            return Poll::Ready(Some(Err(BodyStalled(idle).into())));
+                            return Poll::Ready(Some(Err(BodyStalled(this.idle).into())));
                         }
                         Poll::Pending
                     }

@@ -12,7 +12,9 @@ use common::{Scripted, Scripts, Step, TIMEOUT, Whole, parts, paused, pool, throu
 use http_body_util::BodyExt;
 use sluice_upstream::h1::connection::ExchangeError;
 use sluice_upstream::h1::response_head::HeadError;
-use sluice_upstream::pool::{BodyStalled, SendError};
+use sluice_upstream::pool::{BodyStalled, ConnPool, SendError};
+use sluice_upstream::socket::Connect;
+use sluice_upstream::timeouts::Timeouts;
 
 /// A response head of `status` with `fields`, as the client passes it on.
 fn expect(status: u16, fields: &[(&str, &str)], body: &[u8]) -> Whole {
@@ -112,7 +114,7 @@ fn malformed_heads_are_refused() {
         for (wire, why) in cases {
             for piece in [wire.len(), 7] {
                 let scripts = Scripts::new(vec![Scripted::pieces(wire, piece)]);
-                match pool(&scripts, TIMEOUT).send_bodiless::<()>(&parts("GET", "/x"), TIMEOUT).await {
+                match pool(&scripts).send_bodiless::<()>(&parts("GET", "/x"), TIMEOUT).await {
                     Err(SendError::Exchange(ExchangeError::Head(e))) => assert_eq!(e, why),
                     other => panic!("{:?}: {other:?}", String::from_utf8_lossy(&wire[..wire.len().min(60)])),
                 }
@@ -139,6 +141,9 @@ fn a_body_whose_framing_breaks_or_ends_early_is_an_error_never_an_end() {
     });
 }
 
+/// The idle timeout of the requests whose bodies stall.
+const STALL_IDLE: Duration = Duration::from_secs(7);
+
 /// How a stalled body fails (through hyper's client or the proxy's own exchange), and the
 /// connections opened for it and one more request.
 async fn stall(hyper: bool) -> (Result<Whole, String>, usize) {
@@ -148,18 +153,22 @@ async fn stall(hyper: bool) -> (Result<Whole, String>, usize) {
         Scripted::new(vec![Step::Await(1), Step::Read(head.to_vec()), Step::Stall]),
         Scripted::new(vec![Step::Await(1), Step::Read(again)]),
     ]);
-    let pool = pool(&scripts, TIMEOUT);
+    let pool = pool(&scripts);
+    // The request's own idle timeout, shorter than its wait for the head.
+    let timeouts = Timeouts { idle: STALL_IDLE, ..TIMEOUT.into() };
     let send = || async {
         if hyper {
             let req = http::Request::post("/x").header("host", "up").body(Bytes::from_static(b"abc").into()).unwrap();
-            pool.send(req, TIMEOUT).await
+            pool.send(req, timeouts).await
         } else {
-            pool.send_bodiless(&parts("GET", "/x"), TIMEOUT).await
+            pool.send_bodiless(&parts("GET", "/x"), timeouts).await
         }
     };
     // Far beyond the idle timeout: without one, the body would wait for ever.
+    let start = tokio::time::Instant::now();
     let read = tokio::time::timeout(TIMEOUT * 100, async { whole(send().await.unwrap()).await }).await;
     let read = read.expect("a stalled body failed within its idle timeout");
+    assert_eq!(tokio::time::Instant::now() - start, STALL_IDLE, "cut at the request's idle timeout");
     let failed = read.map_err(|e| {
         assert!(e.downcast_ref::<BodyStalled>().is_some(), "{e}");
         e.to_string()
@@ -176,7 +185,7 @@ fn an_upstream_that_stalls_inside_a_body_is_cut_at_the_idle_timeout() {
             let start = tokio::time::Instant::now();
             let (failed, opened) = stall(hyper).await;
             assert!(failed.is_err(), "hyper: {hyper}");
-            assert_eq!(tokio::time::Instant::now() - start, TIMEOUT, "timed from the last bytes, hyper: {hyper}");
+            assert_eq!(tokio::time::Instant::now() - start, STALL_IDLE, "timed from the last bytes, hyper: {hyper}");
             assert_eq!(opened, 2, "hyper: {hyper}");
         }
     });
@@ -199,7 +208,7 @@ fn a_slow_body_that_keeps_coming_is_not_cut() {
     let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
     paused(async {
         let scripts = Scripts::new(vec![Scripted::new(steps(head)), Scripted::new(steps(head))]);
-        let pool = pool(&scripts, TIMEOUT);
+        let pool = pool(&scripts);
         let res = pool.send_bodiless(&parts("GET", "/x"), TIMEOUT).await.unwrap();
         assert_eq!(whole(res).await.unwrap().body, b"one two three");
         let req = http::Request::post("/x").header("host", "up").body(Bytes::from_static(b"abc").into()).unwrap();
@@ -212,7 +221,7 @@ fn a_slow_body_that_keeps_coming_is_not_cut() {
 fn no_head_in_time_is_a_timeout() {
     paused(async {
         let scripts = Scripts::new(vec![Scripted::new(vec![Step::Stall])]);
-        let sent = pool(&scripts, TIMEOUT).send_bodiless::<()>(&parts("GET", "/x"), TIMEOUT).await;
+        let sent = pool(&scripts).send_bodiless::<()>(&parts("GET", "/x"), TIMEOUT).await;
         assert!(matches!(sent, Err(SendError::Timeout)), "{sent:?}");
     });
 }
@@ -225,7 +234,7 @@ async fn opened_for_two(first: &[u8], read_whole: bool) -> usize {
         Scripted::new(vec![Step::Await(1), Step::Read(first.to_vec()), Step::Await(2), Step::Read(ok.clone())]),
         Scripted::new(vec![Step::Await(1), Step::Read(ok)]),
     ]);
-    let pool = pool(&scripts, TIMEOUT);
+    let pool = pool(&scripts);
     let res = pool.send_bodiless::<()>(&parts("GET", "/x"), TIMEOUT).await.unwrap();
     if read_whole {
         let _ = res.into_body().collect().await;
@@ -269,7 +278,7 @@ fn hyper_connections_are_reused_after_a_body_read_to_its_end() {
             Step::Await(2),
             Step::Read(ok("second")),
         ])]);
-        let pool = pool(&scripts, TIMEOUT);
+        let pool = pool(&scripts);
         for want in ["first", "second"] {
             let req = http::Request::put("/x").header("host", "up").body(Bytes::from_static(b"abc").into()).unwrap();
             let res = pool.send(req, TIMEOUT).await.unwrap();
@@ -288,7 +297,7 @@ fn a_request_lost_on_an_idle_connection_is_sent_again_only_when_safe() {
                 Scripted::new(vec![Step::Await(1), Step::Read(ok.clone()), Step::Await(2), Step::Reset]),
                 Scripted::new(vec![Step::Await(1), Step::Read(ok.clone())]),
             ]);
-            let pool = pool(&scripts, TIMEOUT);
+            let pool = pool(&scripts);
             let first = pool.send_bodiless(&parts(method, "/x"), TIMEOUT).await.unwrap();
             whole(first).await.unwrap();
             let second = pool.send_bodiless::<()>(&parts(method, "/x"), TIMEOUT).await;
@@ -300,4 +309,44 @@ fn a_request_lost_on_an_idle_connection_is_sent_again_only_when_safe() {
             assert_eq!(scripts.opened(), if retried { 2 } else { 1 }, "{method}");
         });
     }
+}
+
+/// A connector whose connections never open (an address that drops every SYN).
+#[derive(Debug, Clone)]
+struct Blackhole;
+
+impl Connect for Blackhole {
+    type Socket = Scripted;
+
+    async fn connect(&self) -> std::io::Result<Scripted> {
+        std::future::pending().await
+    }
+}
+
+#[test]
+fn a_connection_not_opened_within_the_connect_timeout_is_a_connect_error_then() {
+    paused(async {
+        let pool: std::sync::Arc<ConnPool<Blackhole, common::ReqBody>> = std::sync::Arc::new(ConnPool::new(Blackhole));
+        let connect = Duration::from_secs(2);
+        let timeouts = Timeouts { connect, ..TIMEOUT.into() };
+        for path in ["bodiless", "hyper", "http2"] {
+            let start = tokio::time::Instant::now();
+            let sent = match path {
+                "bodiless" => pool.send_bodiless::<()>(&parts("GET", "/x"), timeouts).await.err(),
+                "hyper" => {
+                    let req = http::Request::post("/x").header("host", "up").body(Bytes::from_static(b"a").into());
+                    pool.send::<()>(req.unwrap(), timeouts).await.err()
+                }
+                _ => {
+                    let req = http::Request::get("http://up/x").body(Bytes::new().into()).unwrap();
+                    pool.send_multiplexed::<()>(req, timeouts).await.err()
+                }
+            };
+            match sent {
+                Some(SendError::Connect(e)) => assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{path}: {e}"),
+                other => panic!("{path}: {other:?}"),
+            }
+            assert_eq!(tokio::time::Instant::now() - start, connect, "{path}: at the connect timeout, not the head's");
+        }
+    });
 }

@@ -22,6 +22,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_upstream::pool::{BodyStalled, ConnPool, PooledBody, SendError};
 use sluice_upstream::socket::Connect;
+use sluice_upstream::timeouts::Timeouts;
 use tokio::io::DuplexStream;
 use tokio::sync::Notify;
 
@@ -99,7 +100,7 @@ async fn text(res: http::Response<PooledBody<H2Upstream, ReqBody>>) -> String {
 fn requests_are_streams_of_one_connection_read_as_sent() {
     paused(async {
         let up = H2Upstream::default();
-        let pool: Pool = Arc::new(ConnPool::new(up.clone(), TIMEOUT));
+        let pool: Pool = Arc::new(ConnPool::new(up.clone()));
         // Ten at once: the first opens the connection, the others wait for it.
         let mut sent = tokio::task::JoinSet::new();
         for i in 0..10 {
@@ -126,14 +127,15 @@ fn a_head_not_in_time_is_a_timeout_and_a_stalled_body_is_cut_at_the_idle_timeout
     paused(async {
         let up = H2Upstream::default();
         let idle = Duration::from_secs(5);
-        let pool: Pool = Arc::new(ConnPool::new(up.clone(), idle));
+        let pool: Pool = Arc::new(ConnPool::new(up.clone()));
         let start = tokio::time::Instant::now();
         let silent = pool.send_multiplexed::<()>(request("GET", "http://up/silent", b""), TIMEOUT).await;
         assert!(matches!(silent, Err(SendError::Timeout)), "{silent:?}");
         assert_eq!(tokio::time::Instant::now() - start, TIMEOUT);
 
         let start = tokio::time::Instant::now();
-        let res = pool.send_multiplexed::<()>(request("GET", "http://up/stall", b""), TIMEOUT).await.unwrap();
+        let timeouts = Timeouts { idle, ..TIMEOUT.into() };
+        let res = pool.send_multiplexed::<()>(request("GET", "http://up/stall", b""), timeouts).await.unwrap();
         let mut body = res.into_body();
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(first, "hello");
@@ -153,7 +155,7 @@ fn a_head_not_in_time_is_a_timeout_and_a_stalled_body_is_cut_at_the_idle_timeout
 fn a_connection_the_upstream_closes_is_replaced_by_the_next_request() {
     paused(async {
         let up = H2Upstream::default();
-        let pool: Pool = Arc::new(ConnPool::new(up.clone(), TIMEOUT));
+        let pool: Pool = Arc::new(ConnPool::new(up.clone()));
         let first = pool.send_multiplexed(request("GET", "http://up/1", b""), TIMEOUT).await.unwrap();
         assert_eq!(text(first).await, "GET HTTP/2.0 http://up/1 ");
         up.close.notify_waiters();

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::raw::{request, send};
+use support::raw::{metric_sum, request, send};
 use support::{Serve, TempDir, free_port};
 
 /// A Python `http.server` on `port` serving `dir`, whose file `who` holds its name.
@@ -96,25 +96,13 @@ fn who(gw: &Serve, user: Option<&str>) -> (u16, String) {
     (res.status, res.text())
 }
 
-/// The value of the admin listener's metric line that starts with `prefix` (0 when absent).
-fn metric(admin: SocketAddr, prefix: &str) -> f64 {
-    let text = support::raw::http(admin, "GET", "/metrics", b"").text();
-    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
-}
-
-/// The gateway's admin address, from its start event.
-fn admin(gw: &Serve) -> SocketAddr {
-    let v: serde_json::Value = serde_json::from_str(&gw.first_line).unwrap();
-    v["admin"].as_str().unwrap().parse().unwrap()
-}
-
 #[test]
 fn a_killed_target_is_ejected_its_requests_go_elsewhere_and_it_is_served_again_when_back() {
     let dir = TempDir::new("upstreams");
     let ports = [free_port(), free_port(), free_port()];
     let mut targets: Vec<Target> = ["a", "b", "c"].iter().zip(ports).map(|(n, p)| Target::start(&dir, n, p)).collect();
     let gw = Serve::gateway(&dir.write("gateway.toml", &config(&ports, "")));
-    let admin = admin(&gw);
+    let admin = gw.admin();
 
     // Round-robin: every target gets its share; a route naming no upstream is answered by sluice.
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
@@ -141,16 +129,16 @@ fn a_killed_target_is_ejected_its_requests_go_elsewhere_and_it_is_served_again_w
         "sluice_upstream_failures_total{{upstream=\"files\",target=\"127.0.0.1:{}\",outcome=\"connect\"}}",
         ports[1]
     );
-    let failures = metric(admin, &b);
+    let failures = metric_sum(admin, &b);
     // Backoffs of 300 ms, 600, 1200...: a probe at most at each of their ends.
     let probes = (1..).take_while(|&k| 300 * ((1 << k) - 1) <= elapsed.as_millis() as u64).count() as f64;
     assert!(failures >= 2.0 && failures <= 2.0 + probes, "{failures} connects to b in {elapsed:?}");
     assert_eq!(
-        metric(admin, "sluice_upstream_retries_total{upstream=\"files\"}"),
+        metric_sum(admin, "sluice_upstream_retries_total{upstream=\"files\"}"),
         failures,
         "each failed GET went again"
     );
-    assert!(metric(admin, "sluice_upstream_ejections_total") >= 1.0);
+    assert!(metric_sum(admin, "sluice_upstream_ejections_total") >= 1.0);
 
     // b comes back on its port: it is served again within a few backoffs.
     targets[1] = Target::start(&dir, "b", ports[1]);
@@ -169,7 +157,7 @@ fn a_killed_target_is_ejected_its_requests_go_elsewhere_and_it_is_served_again_w
     assert_eq!(last.0, 503, "{answers:?}");
     assert!(last.1.contains("no_upstream"), "{}", last.1);
     assert!(answers.iter().all(|(s, _)| *s == 502 || *s == 503), "{answers:?}");
-    assert!(metric(admin, "sluice_upstream_unavailable_total{upstream=\"files\"}") >= 1.0);
+    assert!(metric_sum(admin, "sluice_upstream_unavailable_total{upstream=\"files\"}") >= 1.0);
 }
 
 #[test]
@@ -216,14 +204,14 @@ fn active_health_checks_keep_a_failing_target_out_until_its_checks_pass() {
     }
     let checks = "health_check = { path = \"/health\", interval = \"100ms\", healthy_after = 2, unhealthy_after = 2 }";
     let gw = Serve::gateway(&dir.write("gateway.toml", &config(&ports, checks)));
-    let admin = admin(&gw);
+    let admin = gw.admin();
     let b = format!(
         "sluice_upstream_health_checks_total{{upstream=\"files\",target=\"127.0.0.1:{}\",outcome=\"unhealthy\"}}",
         ports[1]
     );
     let out = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        metric(admin, &b) >= 2.0
+        metric_sum(admin, &b) >= 2.0
     });
     assert!(out, "b's checks never failed twice");
     for _ in 0..30 {

@@ -194,6 +194,12 @@ pub(super) fn route(
         .cors
         .map(|c| super::cors::origins(c.allow_origins).map_err(|m| err("cors", format!("allow_origins: {m}"))))
         .transpose()?;
+    let timeouts = match r.timeouts {
+        None => TimeoutsOverride::default(),
+        Some(t) => super::upstream::timeouts(t).map_err(|(stage, m)| {
+            src.error(Some(src.field_line(span, stage)), format!("route[{i}].timeouts.{stage}"), m)
+        })?,
+    };
     // `upstream` names a `[[upstreams]]` entry: resolved once they are all read (`mod.rs`).
     Ok(Route {
         name: r.name.unwrap_or_else(|| r.path.clone()),
@@ -204,5 +210,6 @@ pub(super) fn route(
         websocket,
         cors,
         upstream: None,
+        timeouts,
     })
 }

@@ -62,12 +62,32 @@ pub(super) fn one(
     if timeout_ms == 0 {
         return Err(err("timeout_ms", "must be at least 1".into()));
     }
+    let timeout = timeout_ms.saturating_mul(1_000_000);
+    let stages = timeouts(u.timeouts.unwrap_or_default())
+        .map_err(|(stage, m)| src.error(Some(src.field_line(span, stage)), format!("{table}.timeouts.{stage}"), m))?;
     Ok(Upstream {
         url: format!("{scheme}://{authority}"),
         ca: u.ca.map(Into::into),
         client_cert,
         http2: u.http2.unwrap_or(false),
-        timeout: timeout_ms * 1_000_000,
+        timeout,
+        timeouts: stages.over(StageTimeouts::all(timeout)),
+    })
+}
+
+/// A `timeouts` table (an upstream's or a route's): each stage a duration longer than 0;
+/// `Err` names the stage.
+pub(super) fn timeouts(t: RawTimeouts) -> Result<TimeoutsOverride, (&'static str, String)> {
+    let stage = |name: &'static str, text: Option<String>| match text.as_deref().map(crate::parse_duration) {
+        None => Ok(None),
+        Some(Err(m)) => Err((name, m)),
+        Some(Ok(0)) => Err((name, "must be longer than 0".to_string())),
+        Some(Ok(n)) => Ok(Some(n)),
+    };
+    Ok(TimeoutsOverride {
+        connect: stage("connect", t.connect)?,
+        first_byte: stage("first_byte", t.first_byte)?,
+        idle: stage("idle", t.idle)?,
     })
 }
 

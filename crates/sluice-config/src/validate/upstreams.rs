@@ -36,6 +36,7 @@ pub(super) fn upstreams(
                 client_key: u.client_key.clone(),
                 http2: u.http2,
                 timeout_ms: u.timeout_ms,
+                timeouts: u.timeouts.clone(),
             };
             let target = super::upstream::one(src, &span, &table, "targets", one)?;
             if targets.iter().any(|seen: &Upstream| seen.url == target.url) {

@@ -40,6 +40,7 @@ impl Inspect for Gateway {
         let loaded = self.config();
         let decisions = loaded.observed.counts(&loaded.config);
         Status::new("gateway", &scrape(self), self.observer(), decisions, &config_json(&loaded.config))
+            .with_upstreams(loaded.upstreams.views())
     }
 }
 

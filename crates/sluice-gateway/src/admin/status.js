@@ -79,6 +79,47 @@
     dl.replaceWith(fresh);
   }
 
+  // 3h 12m, 4m 10s, 35s: the two largest units.
+  function span(seconds) {
+    const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
+    const parts = [];
+    let left = Math.floor(seconds);
+    for (const [unit, size] of units) {
+      if (left >= size || (unit === 's' && parts.length === 0)) {
+        parts.push(Math.floor(left / size) + unit);
+        left %= size;
+      }
+      if (parts.length === 2) {
+        break;
+      }
+    }
+    return parts.join(' ');
+  }
+
+  function millis(ms) {
+    if (ms === undefined) {
+      return '–';
+    }
+    return ms >= 1000 ? (ms / 1000) + ' s' : ms + ' ms';
+  }
+
+  function renderReload(r) {
+    const el = byId('reload');
+    if (!r) {
+      el.textContent = 'no reload since start';
+      el.removeAttribute('class');
+      return;
+    }
+    const at = new Date(r.at_unix * 1000).toLocaleString();
+    el.textContent = 'last reload (' + r.of + '): ' + r.result + ' at ' + at + (r.error ? ': ' + r.error : '');
+    if (r.result === 'ok') {
+      el.removeAttribute('class');
+    } else {
+      el.className = 'bad';
+    }
+    el.setAttribute('data-result', r.result);
+  }
+
   function limitText(l) {
     return l.policy + ' by ' + l.key + (l.cost === 1 ? '' : ' (cost ' + l.cost + ')');
   }
@@ -92,6 +133,8 @@
   function render(s, now) {
     byId('service').textContent = s.service;
     byId('version').textContent = 'v' + s.version;
+    byId('uptime').textContent = 'up ' + span(s.uptime_seconds);
+    renderReload(s.last_reload);
     renderStore(s.store, s.in_flight, s.max_in_flight);
     fill('decisions', s.decisions, (tr, d) => {
       tr.setAttribute('data-route', d.route);
@@ -114,6 +157,29 @@
       cell(tr, k.key_hash, 'key_hash').className = 'hash';
       cell(tr, k.policy, 'policy');
       cell(tr, k.overcount > 0 ? k.denials + ' (≤' + k.overcount + ' over)' : k.denials, 'denials');
+    });
+    const targets = [];
+    for (const u of s.upstreams || []) {
+      for (const t of u.targets) {
+        targets.push([u, t]);
+      }
+    }
+    fill('upstreams', targets, (tr, [u, t]) => {
+      tr.setAttribute('data-upstream', u.name);
+      tr.setAttribute('data-target', t.target);
+      cell(tr, u.name + ' (' + u.balance + (u.health_checked ? ', checked' : '') + ')');
+      cell(tr, t.target, 'target');
+      const state = t.back_in_seconds === undefined ? t.state : t.state + ', back in ' + span(t.back_in_seconds + 1);
+      const stateCell = cell(tr, state, 'state');
+      if (t.state !== 'up') {
+        stateCell.className = 'bad';
+      }
+      cell(tr, t.waiting, 'waiting');
+      cell(tr, t.responses, 'responses');
+      cell(tr, t.failures, 'failures');
+      cell(tr, t.ejections, 'ejections');
+      cell(tr, millis(t.p50_ms_at_most), 'p50');
+      cell(tr, millis(t.p99_ms_at_most), 'p99');
     });
     fill('routes', s.routes || [], (tr, r) => {
       tr.setAttribute('data-route-name', r.name);

@@ -4,7 +4,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::observe::{LimitCounts, Observer, Scrape};
+use crate::observe::{LimitCounts, Observer, ReloadSeen, Scrape};
+use crate::upstreams::UpstreamView;
 
 /// How many of the most denied keys the status page lists.
 pub const TOP_DENIED_SHOWN: usize = 10;
@@ -47,6 +48,14 @@ pub struct Status {
     pub service: &'static str,
     /// sluice's version.
     pub version: &'static str,
+    /// Seconds since the process started serving.
+    pub uptime_seconds: u64,
+    /// When it started, in seconds since the Unix epoch.
+    pub started_at_unix: u64,
+    /// The last reload (of the configuration, or of the rate-limit service's descriptors):
+    /// absent before the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_reload: Option<ReloadSeen>,
     /// Requests being handled.
     pub in_flight: usize,
     /// The bound on requests in flight, if there is one.
@@ -58,9 +67,13 @@ pub struct Status {
     pub decisions: Vec<LimitCounts>,
     /// The most denied keys of the last minute (between 30 and 60 seconds).
     pub top_denied: Vec<DeniedView>,
+    /// The upstreams: each target's health, load and response times (none for a service that
+    /// answers itself).
+    pub upstreams: Vec<UpstreamView>,
     /// The routes in force, as `/config` shows them.
     pub routes: Value,
-    /// The policies in force, as `/config` shows them.
+    /// The policies in force, as `/config` shows them but for durations, written the way a
+    /// configuration writes them (`"window": "15m"`, not `"window_ms": 900000`).
     pub policies: Value,
 }
 
@@ -94,16 +107,68 @@ impl Status {
                 overcount: d.overcount,
             })
             .collect();
+        let since_epoch = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let started = observer.started();
         Self {
             service,
             version: env!("CARGO_PKG_VERSION"),
+            uptime_seconds: started.elapsed().map_or(0, |d| d.as_secs()),
+            started_at_unix: since_epoch(started),
+            last_reload: observer.last_reload(),
             in_flight: scrape.in_flight,
             max_in_flight: scrape.max_in_flight,
             store,
             decisions,
             top_denied,
+            upstreams: Vec::new(),
             routes: config["routes"].clone(),
-            policies: config["policies"].clone(),
+            policies: durations_written(&config["policies"]),
         }
+    }
+
+    /// The same status, showing `upstreams`.
+    pub fn with_upstreams(self, upstreams: Vec<UpstreamView>) -> Self {
+        Self { upstreams, ..self }
+    }
+}
+
+/// `value` with every `NAME_ms` field of an object (at any depth) written as `NAME`, a duration
+/// as a configuration writes it (`15m`, `1.5s`).
+fn durations_written(value: &Value) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(items.iter().map(durations_written).collect()),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| match (k.strip_suffix("_ms"), v.as_u64()) {
+                    (Some(name), Some(ms)) => {
+                        (name.to_string(), Value::from(sluice_config::format_duration(ms.saturating_mul(1_000_000))))
+                    }
+                    _ => (k.clone(), durations_written(v)),
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::durations_written;
+    use serde_json::json;
+
+    #[test]
+    fn durations_are_written_as_a_configuration_writes_them() {
+        let policies = json!([
+            { "name": "per-account", "limit": 5, "window_ms": 900_000 },
+            { "name": "burst", "delay_ms": 1_500, "nested": { "lease_ms": 250 }, "timeout_ms": null },
+        ]);
+        assert_eq!(
+            durations_written(&policies),
+            json!([
+                { "name": "per-account", "limit": 5, "window": "15m" },
+                { "name": "burst", "delay": "1.5s", "nested": { "lease": "250ms" }, "timeout_ms": null },
+            ])
+        );
     }
 }

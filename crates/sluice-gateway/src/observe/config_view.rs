@@ -77,6 +77,7 @@ pub fn config_json(c: &Config) -> Value {
         "upstream": c.upstream.as_ref().map(|u| json!({
             "url": SecretUrl::new(u.url.clone()).redacted(),
             "timeout_ms": u.timeout / NANOS_PER_MILLI,
+            "timeouts": stages(&u.timeouts),
             "ca": u.ca.as_ref().map(|p| p.display().to_string()),
             "client_cert": u.client_cert.as_ref().map(|p| p.cert.display().to_string()),
             "client_key": u.client_cert.as_ref().map(|p| p.key.display().to_string()),
@@ -99,6 +100,7 @@ pub fn config_json(c: &Config) -> Value {
             "client_key": g.targets[0].client_cert.as_ref().map(|p| p.key.display().to_string()),
             "http2": g.targets[0].http2,
             "timeout_ms": g.targets[0].timeout / NANOS_PER_MILLI,
+            "timeouts": stages(&g.targets[0].timeouts),
             "eject_after": g.eject.after,
             "eject_for_ms": g.eject.base / NANOS_PER_MILLI,
             "eject_on_5xx": g.eject.on_5xx,
@@ -120,6 +122,12 @@ pub fn config_json(c: &Config) -> Value {
             "upgrades": if r.websocket { vec!["websocket"] } else { vec![] },
             "cors": r.cors.as_ref().map(|o| json!({ "allow_origins": origins(o) })),
             "upstream": r.upstream.map(|i| c.upstreams[i].name.clone()),
+            // The stages this route bounds in place of its upstream's (null: the upstream's).
+            "timeouts": {
+                "connect_ms": r.timeouts.connect.map(|n| n / NANOS_PER_MILLI),
+                "first_byte_ms": r.timeouts.first_byte.map(|n| n / NANOS_PER_MILLI),
+                "idle_ms": r.timeouts.idle.map(|n| n / NANOS_PER_MILLI),
+            },
             "limits": r.limits.iter().map(|l| {
                 let mut v = json!({
                     "policy": c.policies.get(l.policy).map(|p| p.name.as_str()),
@@ -312,6 +320,15 @@ fn origins(o: &sluice_config::Origins) -> Vec<String> {
         sluice_config::Origins::Any => vec!["*".into()],
         sluice_config::Origins::List(list) => list.clone(),
     }
+}
+
+/// An upstream's timeouts in force, stage by stage.
+fn stages(t: &sluice_config::StageTimeouts) -> Value {
+    json!({
+        "connect_ms": t.connect / NANOS_PER_MILLI,
+        "first_byte_ms": t.first_byte / NANOS_PER_MILLI,
+        "idle_ms": t.idle / NANOS_PER_MILLI,
+    })
 }
 
 #[cfg(test)]

@@ -88,8 +88,20 @@ pub struct UpstreamLabels {
     pub upstream: String,
 }
 
+/// A target of a named upstream (`sluice_upstream_response_seconds`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamTargetLabels {
+    /// The upstream's name (`default` for `[upstream]`).
+    pub upstream: String,
+    /// The target, `host:port`.
+    pub target: String,
+}
+
+/// The family of the upstreams' response times, whose histograms reach minutes.
+pub type UpstreamLatencies = Family<UpstreamTargetLabels, LatencyHistogram, fn() -> LatencyHistogram>;
+
 /// What the upstreams count, shared by every configuration.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct UpstreamMetrics {
     /// `sluice_upstream_responses_total{upstream,target,outcome}`: response heads by class.
     pub responses: Family<TargetLabels, Counter>,
@@ -103,6 +115,23 @@ pub struct UpstreamMetrics {
     pub unavailable: Family<UpstreamLabels, Counter>,
     /// `sluice_upstream_health_checks_total{upstream,target,outcome}`: healthy, unhealthy.
     pub health_checks: Family<TargetLabels, Counter>,
+    /// `sluice_upstream_response_seconds{upstream,target}`: from sending a request to its
+    /// response head.
+    pub latency: UpstreamLatencies,
+}
+
+impl Default for UpstreamMetrics {
+    fn default() -> Self {
+        Self {
+            responses: Family::default(),
+            failures: Family::default(),
+            ejections: Family::default(),
+            retries: Family::default(),
+            unavailable: Family::default(),
+            health_checks: Family::default(),
+            latency: Family::new_with_constructor(LatencyHistogram::upstream),
+        }
+    }
 }
 
 /// `sluice_reservations_refused_total`: settlements and refunds refused, by why.
@@ -288,6 +317,12 @@ impl Metrics {
             "sluice_upstream_responses",
             "Response heads from each target of each upstream, by class (outcome: 2xx, 3xx, 4xx, 5xx).",
             u.responses.clone(),
+        );
+        register(
+            &mut registry,
+            "sluice_upstream_response_seconds",
+            "Time from sending a request to a target to its response head (responses only, not failures).",
+            u.latency.clone(),
         );
         register(
             &mut registry,

@@ -55,8 +55,8 @@ pub use exposition::{Exposition, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, te
 pub use histogram::LatencyHistogram;
 pub use log_format::json_lines;
 pub use metrics::{
-    BodyErrors, Metrics, ReasonLabels, Scrape, SnapshotWrites, TargetLabels, UpstreamLabels, UpstreamMetrics,
-    error_kind,
+    BodyErrors, Metrics, ReasonLabels, Scrape, SnapshotWrites, TargetLabels, UpstreamLabels, UpstreamLatencies,
+    UpstreamMetrics, UpstreamTargetLabels, error_kind,
 };
 pub use observed::{
     CHECK_API_ROUTE, FAIL_OPEN, FaceObserver, FaceRoute, LimitCounts, Observed, PendingLine, UNMATCHED_ROUTE,
@@ -76,6 +76,24 @@ pub struct Observer {
     store_health: StoreHealth,
     /// The most denied keys of the last minute, for the status page.
     top_denied: TopDenied,
+    /// When the process started serving (this observer was made), for the status page's uptime.
+    started: std::time::SystemTime,
+    /// The last reload, for the status page: `None` before the first.
+    last_reload: std::sync::Mutex<Option<ReloadSeen>>,
+}
+
+/// A reload as the status page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReloadSeen {
+    /// What was read again: `config` or `rls_descriptors`.
+    pub of: &'static str,
+    /// `ok` (applied) or `refused` (the running one kept serving).
+    pub result: &'static str,
+    /// When, in seconds since the Unix epoch.
+    pub at_unix: u64,
+    /// Why it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl std::fmt::Debug for Observer {
@@ -100,7 +118,25 @@ impl Observer {
     /// Like [`Observer::new`], with the decision log's clock and random draws given (tests).
     pub fn with_sources(clock: Arc<dyn Clock>, random: Arc<dyn SampleSource>) -> Self {
         let top_denied = TopDenied::new(Arc::clone(&clock));
-        Self { metrics: Metrics::new(), clock, random, store_health: StoreHealth::default(), top_denied }
+        Self {
+            metrics: Metrics::new(),
+            clock,
+            random,
+            store_health: StoreHealth::default(),
+            top_denied,
+            started: std::time::SystemTime::now(),
+            last_reload: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// When the process started serving.
+    pub fn started(&self) -> std::time::SystemTime {
+        self.started
+    }
+
+    /// The last reload, if there was one.
+    pub fn last_reload(&self) -> Option<ReloadSeen> {
+        self.last_reload.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The metric families.
@@ -134,6 +170,13 @@ impl Observer {
     pub fn reloaded_of(&self, what: Reload, result: &Result<(), impl std::fmt::Display>) {
         self.metrics.reload(result.is_ok());
         let of = what.as_str();
+        let at_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        *self.last_reload.lock().unwrap_or_else(|p| p.into_inner()) = Some(ReloadSeen {
+            of,
+            result: if result.is_ok() { "ok" } else { "refused" },
+            at_unix,
+            error: result.as_ref().err().map(ToString::to_string),
+        });
         match result {
             Ok(()) => {
                 tracing::info!(target: events::TARGET, event = "reload", of, result = "ok", "{} reloaded", what.noun())

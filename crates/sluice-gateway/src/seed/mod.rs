@@ -256,6 +256,7 @@ fn seed_route() -> Route {
         loosen: Loosen::default(),
         cors: None,
         upstream: None,
+        timeouts: Default::default(),
         websocket: false,
     }
 }

@@ -42,6 +42,18 @@ impl TargetHealth {
         now >= self.ejected_until.load(Ordering::Relaxed) && !self.checked_down.load(Ordering::Relaxed)
     }
 
+    /// How it stands at `now`: `up`, `down` (out by its health checks) or `ejected` (out by
+    /// its failures), with the nanoseconds left of an ejection.
+    pub fn state(&self, now: u64) -> (&'static str, Option<u64>) {
+        if self.checked_down.load(Ordering::Relaxed) {
+            return ("down", None);
+        }
+        match self.ejected_until.load(Ordering::Relaxed) {
+            until if until > now => ("ejected", Some(until - now)),
+            _ => ("up", None),
+        }
+    }
+
     /// Whether its next health check is due at `now`; if so, the one after is set `interval`
     /// later.
     pub fn check_due(&self, now: u64, interval: u64) -> bool {
@@ -138,6 +150,8 @@ mod tests {
         assert!(h.available(0));
         assert!(h.failed(10, &EJECT), "the third in a row ejects");
         assert!(!h.available(1_009) && h.available(1_010));
+        assert_eq!(h.state(1_000), ("ejected", Some(10)));
+        assert_eq!(h.state(1_010), ("up", None));
         // Back: one failure ejects it again, for twice as long.
         assert!(h.failed(1_010, &EJECT));
         assert!(!h.available(3_009) && h.available(3_010));
@@ -171,6 +185,7 @@ mod tests {
         assert_eq!((h.checked(false, 2, 3), h.checked(false, 2, 3)), (None, None));
         assert_eq!(h.checked(false, 2, 3), Some(false), "three unhealthy in a row");
         assert!(!h.available(u64::MAX));
+        assert_eq!(h.state(0), ("down", None));
         assert_eq!(h.checked(true, 2, 3), None);
         assert_eq!(h.checked(true, 2, 3), Some(true), "two healthy in a row");
         assert!(h.available(0));

@@ -5,23 +5,25 @@
 //! every target is ejected the answer is 503 `no_upstream`, counted.
 
 pub mod health;
+mod view;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response};
-use sluice_config::{Balance, Config, Ejection, Route};
+use sluice_config::{Balance, Config, Ejection, Route, TimeoutsOverride};
 use sluice_http::identity::Client;
 
 use crate::body::ReplayBody;
 use crate::error::GatewayError;
-use crate::observe::{TargetLabels, UpstreamLabels, UpstreamMetrics};
+use crate::observe::{LatencyHistogram, TargetLabels, UpstreamLabels, UpstreamMetrics, UpstreamTargetLabels};
 use crate::proxy::{FailureKind, Forwarding, TlsErrors, Upstream};
 use crate::respond::{self, Body};
 use health::{HealthBook, TargetHealth, now_nanos};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+pub use view::{TargetView, UpstreamView};
 
 /// The name `[upstream]` is counted under.
 pub const DEFAULT: &str = "default";
@@ -114,6 +116,12 @@ impl Upstreams {
         }
     }
 
+    /// What the status page shows of each upstream, `[upstream]` first.
+    pub fn views(&self) -> Vec<UpstreamView> {
+        let now = now_nanos();
+        self.default.iter().chain(&self.named).map(|g| g.view(now)).collect()
+    }
+
     /// Every (upstream name, target URL) in use, for the health book to keep.
     pub fn in_use(&self) -> impl Iterator<Item = (&str, &str)> {
         self.default.iter().chain(&self.named).flat_map(|g| g.targets.iter().map(|t| (&*g.name, t.url.as_str())))
@@ -154,6 +162,8 @@ struct TargetCounts {
     ejections: Counter,
     /// Health checks: healthy, unhealthy.
     checks: [Counter; 2],
+    /// Response times (to the response head).
+    latency: LatencyHistogram,
 }
 
 impl TargetCounts {
@@ -168,6 +178,10 @@ impl TargetCounts {
             failures: ["connect", "timeout", "broken"].map(|o| at(&metrics.failures, o)),
             ejections: at(&metrics.ejections, ""),
             checks: ["healthy", "unhealthy"].map(|o| at(&metrics.health_checks, o)),
+            latency: metrics
+                .latency
+                .get_or_create(&UpstreamTargetLabels { upstream: upstream.to_string(), target: target.to_string() })
+                .clone(),
         }
     }
 }
@@ -261,16 +275,18 @@ impl Group {
         self.pick(hash, None).map(|i| &self.targets[i].upstream)
     }
 
-    /// Forwards `req` to a target: the response (502/504 when the target failed, 503 when none is
-    /// up) and, when `timed`, the target that answered with how long its response head took.
-    /// One async function (a loop of at most two attempts) rather than one per step: each layer
-    /// of future would move the request's whole state once more.
+    /// Forwards `req` to a target, within its route's `timeouts` where they bound a stage: the
+    /// response (502/504 when the target failed, 503 when none is up) and, when `timed`, the
+    /// target that answered with how long its response head took. One async function (a loop
+    /// of at most two attempts) rather than one per step: each layer of future would move the
+    /// request's whole state once more.
     pub async fn forward(
         &self,
         req: Request<ReplayBody>,
         client: &Client,
         forwarding: &Forwarding,
         hash: u64,
+        timeouts: &TimeoutsOverride,
         timed: bool,
     ) -> (Response<Body>, Option<(String, Duration)>) {
         let Some(mut at) = self.pick(hash, None) else { return (self.none_up(), None) };
@@ -291,16 +307,20 @@ impl Group {
         let mut req = req;
         loop {
             let target = &self.targets[at];
-            let asked = timed.then(std::time::Instant::now);
+            let asked = std::time::Instant::now();
             if least {
                 target.health.waiting.fetch_add(1, Ordering::Relaxed);
             }
-            let sent = target.upstream.send(req, client, forwarding).await;
+            let sent = target.upstream.send(req, client, forwarding, timeouts).await;
             if least {
                 target.health.waiting.fetch_sub(1, Ordering::Relaxed);
             }
+            let took = asked.elapsed();
+            if sent.is_ok() {
+                target.counts.latency.observe_nanos(took.as_nanos() as u64);
+            }
             self.account(target, &sent);
-            let answered = asked.map(|a| (target.authority.clone(), a.elapsed()));
+            let answered = timed.then(|| (target.authority.clone(), took));
             match sent {
                 Ok(res) => return (res, answered),
                 Err(failed) => {

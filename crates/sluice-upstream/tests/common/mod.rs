@@ -170,20 +170,21 @@ impl Connect for Scripts {
 /// The request body of hyper's path in these tests: bytes known at once.
 pub type ReqBody = http_body_util::Full<Bytes>;
 
-/// The upstream timeout of the tests: for a response head, and between a body's bytes.
+/// The upstream timeout of the tests: to connect, for a response head, and between a body's
+/// bytes.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The response to a request without a body read whole through sluice's pool and exchange, on a
 /// pool whose only connection reads `socket`.
 pub async fn through_sluice(method: &str, socket: Scripted) -> Result<Whole, String> {
     let scripts = Scripts::new(vec![socket]);
-    let res = pool(&scripts, TIMEOUT).send_bodiless(&parts(method, "/x"), TIMEOUT).await.map_err(|e| e.to_string())?;
+    let res = pool(&scripts).send_bodiless(&parts(method, "/x"), TIMEOUT).await.map_err(|e| e.to_string())?;
     whole(res).await.map_err(|e| e.to_string())
 }
 
-/// A pool over `scripts`, whose bodies fail after `idle` without a byte.
-pub fn pool(scripts: &Scripts, idle: Duration) -> Arc<ConnPool<Scripts, ReqBody>> {
-    Arc::new(ConnPool::new(scripts.clone(), idle))
+/// A pool over `scripts`.
+pub fn pool(scripts: &Scripts) -> Arc<ConnPool<Scripts, ReqBody>> {
+    Arc::new(ConnPool::new(scripts.clone()))
 }
 
 /// A response as both clients are compared: its status, fields and whole body.

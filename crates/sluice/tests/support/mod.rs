@@ -148,6 +148,12 @@ impl Serve {
         }
     }
 
+    /// The admin listener's address, from the gateway's start event (`[admin] listen`).
+    pub fn admin(&self) -> SocketAddr {
+        let v: serde_json::Value = serde_json::from_str(&self.first_line).expect("a JSON start event");
+        v["admin"].as_str().expect("an admin listener").parse().unwrap()
+    }
+
     /// The process id (to signal it).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -320,6 +320,12 @@ fn read_sized(reader: &mut BufReader<TcpStream>, length: usize, arrived: impl Fn
     true
 }
 
+/// The sum of the admin listener's `/metrics` lines that start with `prefix` (0 when none).
+pub fn metric_sum(admin: SocketAddr, prefix: &str) -> f64 {
+    let text = http(admin, "GET", "/metrics", b"").text();
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
 /// An upstream on a free local port that serves each connection with `answer`, on a thread
 /// of its own.
 pub fn upstream(answer: fn(TcpStream)) -> SocketAddr {
