@@ -19,7 +19,8 @@ use support::TempDir;
 
 #[cfg(feature = "external-programs")]
 const INSTALL: &str = "apt-get install systemd (it provides systemd-analyze)";
-const INSTALLED_PATH: &str = "/usr/local/bin/sluice";
+/// Where the unit runs the binary from: where the Debian package installs it.
+const INSTALLED_PATH: &str = "/usr/bin/sluice";
 
 fn unit_text() -> String {
     std::fs::read_to_string(root().join("deploy/systemd/sluice.service")).expect("the unit file")
@@ -88,7 +89,10 @@ fn the_unit_keeps_the_sandbox_it_promises() {
     assert_eq!(one("AmbientCapabilities"), "CAP_NET_BIND_SERVICE");
     assert_eq!(one("ExecReload"), "kill -HUP $MAINPID");
     assert_eq!(one("KillSignal"), "SIGTERM");
-    assert!(!s.contains_key("User"), "DynamicUser makes its own user");
+    // The package's system user when it exists (deploy/deb/sluice.sysusers), else a dynamic one
+    // of that name: either way no user the host already has for something else.
+    assert_eq!(one("User"), "sluice");
+    assert_eq!(one("Group"), "sluice");
     // ProtectSystem=strict leaves the file system read-only but for the state directory, where
     // the book puts the memory store's snapshot (docs/src/storage.md).
     assert_eq!(one("StateDirectory"), "sluice");
