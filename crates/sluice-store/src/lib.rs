@@ -29,10 +29,12 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod key;
+mod lease;
 mod memory;
 mod store;
 
 pub use key::{KeyHash, KeyHasher, is_key_name};
+pub use lease::{LeaseOptions, LeasedStore, leasable};
 pub use memory::{
     Boot, CONTINUE_WITHIN, FRESH_SCAN, FoldSize, LRU_SAMPLE, Loaded, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore,
     Moment, PolicyRestore, PolicyStats, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION, WhenFull,

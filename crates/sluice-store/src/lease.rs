@@ -1,0 +1,553 @@
+//! Quota leases for hot keys of fixed-window policies, over any shared [`Store`]: an instance
+//! takes `k` units of a key's window from the store in one call (a charge of `k`, made only
+//! when the window has room for it), admits that key's requests from them in memory, and gives
+//! back what it did not spend (a settlement) when the lease ends.
+//!
+//! **Never above the limit.** The store's count includes every unit any lease may still spend:
+//! a unit is counted when it is leased, so whatever the instances do with their units, the
+//! window admits at most its limit. A lease ends no later than its window: the store says how
+//! long the window has left when the lease is taken, and the instance stops spending that long
+//! after it *sent* the request (the store read its clock later). An instance that dies holding
+//! a lease loses its units until the window ends: under-admission, never over.
+//!
+//! **Which policies.** Fixed windows only, for now (`lease = "auto"` on another policy is
+//! refused by the configuration): a token bucket needs the store to keep outstanding units out
+//! of the refill (docs/src/scaling.md), and sliding logs and windows cannot be leased exactly.
+//!
+//! **When.** A key takes leases once its local rate reaches `min_rate`; each lease covers about
+//! `cover` of that rate, within what the window holds. A request whose every check has a
+//! leased key with units is admitted without the store; any other request goes to the store as
+//! it is, which counts the leased units too. A denial always comes from the store.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_core::{FixedWindow, ManualClock, Policy, NANOS_PER_SEC};
+//! use sluice_store::{Check, KeyHash, LeaseOptions, LeasedStore, MemoryOptions, MemoryStore, NamedPolicy, Store};
+//! use sluice_store::conformance::block_on;
+//! let clock = Arc::new(ManualClock::new(0));
+//! let policy = NamedPolicy { name: "hot".into(), policy: Policy::from(FixedWindow::new(100, NANOS_PER_SEC).unwrap()) };
+//! let shared = Arc::new(MemoryStore::new(vec![policy], MemoryOptions::default(), clock.clone()));
+//! // Every key leased at once, each lease covering a second of the key's rate so far.
+//! let options = LeaseOptions { min_rate: 0.0, cover: NANOS_PER_SEC, ..LeaseOptions::default() };
+//! let instance = LeasedStore::new(shared.clone(), vec![true], options, clock.clone());
+//! let request = [Check { policy: 0, key: KeyHash([7; 16]), cost: 1 }];
+//! let admitted = (0..100).filter(|_| block_on(instance.decide(&request, None)).unwrap().allowed).count();
+//! assert_eq!(admitted, 100);
+//! assert!(instance.store_calls() <= 10, "a few leases, growing with the rate: {}", instance.store_calls());
+//! // Beyond the limit: denied by the store, one call a request.
+//! let calls = instance.store_calls();
+//! assert!(!block_on(instance.decide(&request, None)).unwrap().allowed);
+//! assert!(!block_on(instance.decide(&request, None)).unwrap().allowed);
+//! assert!(instance.store_calls() - calls <= 3);
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_core::{Clock, Decision, NANOS_PER_SEC, Nanos, Policy};
+
+use crate::key::KeyHash;
+use crate::store::{
+    Check, KeyStats, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store, StoreError, StoreFuture,
+    Verdict,
+};
+
+/// When keys take leases, and how large.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseOptions {
+    /// Requests a second, on this instance, at which a key takes leases (below it, every
+    /// request goes to the store).
+    pub min_rate: f64,
+    /// How much of a key's local traffic one lease covers (its size: rate × cover, at least 1).
+    pub cover: Nanos,
+    /// Keys whose rates and leases are tracked at most; beyond, new keys go to the store.
+    pub max_keys: usize,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        Self { min_rate: 50.0, cover: NANOS_PER_SEC / 10, max_keys: 10_000 }
+    }
+}
+
+/// A lease held by this instance.
+#[derive(Debug, Clone)]
+struct Lease {
+    /// The charge the store made for it (its cost: the units granted).
+    check: Check,
+    /// When the store made it (what giving units back names).
+    charged_at: Nanos,
+    /// Units not yet spent.
+    left: u64,
+    /// On this instance's clock: spend nothing from then on.
+    expires: Nanos,
+    /// The limit, and what the store said was left beside the lease when it was taken.
+    limit: u64,
+    remaining: u64,
+}
+
+/// A key of a leased policy: its local rate, and its lease.
+#[derive(Debug, Default)]
+struct Entry {
+    /// Start of the current second of the rate (this instance's clock).
+    second: Nanos,
+    /// Requests in the current second and in the one before.
+    this: u64,
+    last: u64,
+    lease: Option<Lease>,
+    /// A lease is being taken (one at a time per key).
+    taking: bool,
+    /// The store had no room for a lease: none is asked again before then (its window's
+    /// end), so a denied hot key costs the store one call a request, not two.
+    full_until: Nanos,
+}
+
+impl Entry {
+    fn saw(&mut self, now: Nanos) {
+        let elapsed = now.saturating_sub(self.second);
+        if elapsed >= NANOS_PER_SEC {
+            self.last = if elapsed < 2 * NANOS_PER_SEC { self.this } else { 0 };
+            self.this = 0;
+            self.second = now - elapsed % NANOS_PER_SEC;
+        }
+        self.this += 1;
+    }
+
+    /// Requests a second: the last whole second, or this one if it is already busier.
+    fn rate(&self) -> f64 {
+        self.last.max(self.this) as f64
+    }
+
+    fn live(&self, now: Nanos) -> Option<&Lease> {
+        self.lease.as_ref().filter(|l| now < l.expires)
+    }
+}
+
+/// A shared store whose hot keys of fixed-window policies are decided from leases (see the
+/// module documentation).
+pub struct LeasedStore {
+    inner: Arc<dyn Store>,
+    /// Per policy: leased (`lease = "auto"` on a fixed window).
+    leased: Vec<bool>,
+    options: LeaseOptions,
+    /// This instance's clock: rates and lease expiries.
+    clock: Arc<dyn Clock>,
+    book: Mutex<HashMap<(usize, KeyHash), Entry>>,
+    /// Calls to the shared store: decisions, leases taken, units given back.
+    store_calls: AtomicU64,
+    /// Requests admitted from leases.
+    local: AtomicU64,
+}
+
+impl std::fmt::Debug for LeasedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedStore").field("leased", &self.leased).field("options", &self.options).finish()
+    }
+}
+
+impl LeasedStore {
+    /// `inner` with leases for the policies `leased` marks (by index; a policy that is not a
+    /// fixed window is never leased, whatever it says), timed on `clock`.
+    pub fn new(inner: Arc<dyn Store>, leased: Vec<bool>, options: LeaseOptions, clock: Arc<dyn Clock>) -> Self {
+        let leased = inner
+            .policies()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| leased.get(i).copied().unwrap_or(false) && leasable(&p.policy))
+            .collect();
+        Self {
+            inner,
+            leased,
+            options,
+            clock,
+            book: Mutex::new(HashMap::new()),
+            store_calls: AtomicU64::new(0),
+            local: AtomicU64::new(0),
+        }
+    }
+
+    /// Calls made to the shared store so far.
+    pub fn store_calls(&self) -> u64 {
+        self.store_calls.load(Ordering::Relaxed)
+    }
+
+    /// Requests admitted from leases so far.
+    pub fn admitted_locally(&self) -> u64 {
+        self.local.load(Ordering::Relaxed)
+    }
+
+    /// Units held unspent by this instance's live leases: counted by the store, admitted by no
+    /// one yet (what other instances cannot have meanwhile).
+    pub fn held(&self) -> u64 {
+        let now = self.clock.now();
+        self.book().values().filter_map(|e| e.live(now)).map(|l| l.left).sum()
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, KeyHash), Entry>> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes the request's leased checks in their keys' rates; then, if every check is leased
+    /// and its lease has the units, spends them and answers. Else: the checks whose keys are
+    /// hot and need a lease (each marked as taking one).
+    fn try_local(&self, checks: &[Check], now: Nanos) -> Result<Verdict, Vec<usize>> {
+        let mut book = self.book();
+        let mut all_leased = !checks.is_empty();
+        for c in checks {
+            if !self.leased.get(c.policy).copied().unwrap_or(false) {
+                all_leased = false;
+                continue;
+            }
+            let full = book.len() >= self.options.max_keys;
+            match book.get_mut(&(c.policy, c.key)) {
+                Some(e) => e.saw(now),
+                None if !full => {
+                    let mut e = Entry { second: now, ..Entry::default() };
+                    e.saw(now);
+                    book.insert((c.policy, c.key), e);
+                }
+                None => all_leased = false,
+            }
+        }
+        let enough = |c: &Check, book: &HashMap<(usize, KeyHash), Entry>| {
+            book.get(&(c.policy, c.key)).and_then(|e| e.live(now)).is_some_and(|l| l.left >= c.cost)
+        };
+        if all_leased && checks.iter().all(|c| enough(c, &book)) {
+            let mut decisions = Vec::with_capacity(checks.len());
+            let mut at_each = Vec::with_capacity(checks.len());
+            for c in checks {
+                let lease = book.get_mut(&(c.policy, c.key)).and_then(|e| e.lease.as_mut()).expect("checked above");
+                lease.left -= c.cost;
+                decisions.push(Decision {
+                    allowed: true,
+                    limit: lease.limit,
+                    remaining: lease.remaining + lease.left,
+                    reset_after: lease.expires - now,
+                    retry_after: 0,
+                    delay: 0,
+                });
+                at_each.push(lease.charged_at);
+            }
+            let at = at_each[0];
+            let at_each = if at_each.iter().all(|&t| t == at) { Vec::new() } else { at_each };
+            return Ok(Verdict { allowed: true, decisions, at, at_each });
+        }
+        let mut wanted = Vec::new();
+        for (i, c) in checks.iter().enumerate() {
+            if !self.leased.get(c.policy).copied().unwrap_or(false) || enough(c, &book) {
+                continue;
+            }
+            if let Some(e) = book.get_mut(&(c.policy, c.key))
+                && !e.taking
+                && now >= e.full_until
+                && e.rate() >= self.options.min_rate
+            {
+                e.taking = true;
+                wanted.push(i);
+            }
+        }
+        Err(wanted)
+    }
+
+    /// Takes a lease for `check`'s key (giving back what the one before did not spend), sized
+    /// to its local rate; nothing when the window has no room.
+    async fn take(&self, check: &Check, now: Nanos) {
+        let (old, want) = {
+            let mut book = self.book();
+            let Some(e) = book.get_mut(&(check.policy, check.key)) else { return };
+            let per_second = e.rate().max(1.0);
+            let want = (per_second * self.options.cover as f64 / NANOS_PER_SEC as f64).ceil() as u64;
+            (e.lease.take(), want.max(check.cost))
+        };
+        if let Some(old) = old {
+            self.give_back(&old).await;
+        }
+        let limit = self.inner.policies()[check.policy].policy.limit();
+        let mut size = want.min(limit);
+        let mut lease = None;
+        let mut full_until = 0;
+        // At most twice: the size wanted, then what the window still holds.
+        for _ in 0..2 {
+            let charge = [Check { cost: size, ..*check }];
+            self.store_calls.fetch_add(1, Ordering::Relaxed);
+            let Ok(v) = self.inner.decide(&charge, None).await else { break };
+            let d = v.decisions[0];
+            if v.allowed {
+                // Spend nothing past the window's end on the store's clock: `now` is when this
+                // instance asked, no later than when the store read its clock.
+                let expires = now.saturating_add(d.reset_after);
+                lease = Some(Lease {
+                    check: charge[0],
+                    charged_at: v.charged_at(0),
+                    left: size,
+                    expires,
+                    limit: d.limit,
+                    remaining: d.remaining,
+                });
+                break;
+            }
+            if d.remaining < check.cost || d.remaining >= size {
+                full_until = now.saturating_add(d.retry_after);
+                break;
+            }
+            size = d.remaining;
+        }
+        // The key was forgotten meanwhile: its lease goes back at once.
+        let orphan = {
+            let mut book = self.book();
+            match book.get_mut(&(check.policy, check.key)) {
+                Some(e) => {
+                    e.taking = false;
+                    e.lease = lease;
+                    e.full_until = full_until;
+                    None
+                }
+                None => lease,
+            }
+        };
+        if let Some(l) = orphan {
+            self.give_back(&l).await;
+        }
+    }
+
+    /// Gives back a lease's unspent units: a settlement of its charge to what was spent (a
+    /// window that ended meanwhile is left alone by the store).
+    async fn give_back(&self, lease: &Lease) {
+        if lease.left == 0 {
+            return;
+        }
+        let settle =
+            [Settle { check: lease.check, charged_at: lease.charged_at, actual: lease.check.cost - lease.left }];
+        self.store_calls.fetch_add(1, Ordering::Relaxed);
+        // Units that could not be given back stay counted until their window ends: the strict
+        // direction.
+        let _ = self.inner.settle(&settle, None).await;
+    }
+
+    async fn decide_now(&self, checks: &[Check]) -> Result<Reported, StoreError> {
+        let now = self.clock.now();
+        match self.try_local(checks, now) {
+            Ok(verdict) => {
+                self.local.fetch_add(1, Ordering::Relaxed);
+                return Ok(Reported { verdict, degraded: None, answered: true });
+            }
+            Err(wanted) => {
+                for &i in &wanted {
+                    self.take(&checks[i], now).await;
+                }
+                if !wanted.is_empty()
+                    && let Ok(verdict) = self.try_local(checks, now)
+                {
+                    self.local.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Reported { verdict, degraded: None, answered: true });
+                }
+            }
+        }
+        self.store_calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.decide_reported(checks, None).await
+    }
+}
+
+/// Whether `policy` can be leased exactly here: a fixed window (calendar windows too).
+pub fn leasable(policy: &Policy) -> bool {
+    matches!(policy, Policy::FixedWindow(_))
+}
+
+impl Store for LeasedStore {
+    fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        match at {
+            // An explicit time (tests, the simulator) is the store's to keep: no lease.
+            Some(_) => self.inner.decide(checks, at),
+            None => Box::pin(async move { self.decide_now(checks).await.map(|r| r.verdict) }),
+        }
+    }
+
+    fn decide_reported<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> ReportedFuture<'a> {
+        match at {
+            Some(_) => self.inner.decide_reported(checks, at),
+            None => Box::pin(self.decide_now(checks)),
+        }
+    }
+
+    fn policies(&self) -> &[NamedPolicy] {
+        self.inner.policies()
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn peek<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+        self.inner.peek(checks, at)
+    }
+
+    fn key_stats(&self) -> Vec<KeyStats> {
+        self.inner.key_stats()
+    }
+
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+
+    fn ready(&self) -> bool {
+        self.inner.ready()
+    }
+
+    fn breaker_open(&self) -> Option<bool> {
+        self.inner.breaker_open()
+    }
+
+    fn deny_cache_hits(&self) -> Option<u64> {
+        self.inner.deny_cache_hits()
+    }
+
+    fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {
+        self.inner.settle(settles, at)
+    }
+
+    fn now(&self) -> Option<Nanos> {
+        self.inner.now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::block_on;
+    use crate::{MemoryOptions, MemoryStore};
+    use proptest::prelude::*;
+    use sluice_core::{FixedWindow, ManualClock, TokenBucket};
+
+    const WINDOW: Nanos = NANOS_PER_SEC;
+
+    fn shared(limit: u64, clock: &Arc<ManualClock>) -> Arc<MemoryStore> {
+        let policies = vec![
+            NamedPolicy { name: "hot".into(), policy: Policy::from(FixedWindow::new(limit, WINDOW).unwrap()) },
+            NamedPolicy { name: "bucket".into(), policy: Policy::from(TokenBucket::new(limit, 1.0).unwrap()) },
+        ];
+        Arc::new(MemoryStore::new(policies, MemoryOptions::default(), clock.clone()))
+    }
+
+    fn instance(store: &Arc<MemoryStore>, clock: &Arc<ManualClock>, min_rate: f64) -> LeasedStore {
+        let options = LeaseOptions { min_rate, ..LeaseOptions::default() };
+        LeasedStore::new(store.clone(), vec![true, true], options, clock.clone())
+    }
+
+    fn key(k: u8) -> KeyHash {
+        KeyHash([k; 16])
+    }
+
+    #[test]
+    fn a_cold_key_goes_to_the_store_and_a_hot_one_is_leased() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = shared(1_000, &clock);
+        let leased = instance(&store, &clock, 50.0);
+        let hot = [Check { policy: 0, key: key(1), cost: 1 }];
+        // Ten requests, a second apart: never 50 a second, never leased.
+        for _ in 0..10 {
+            assert!(block_on(leased.decide(&hot, None)).unwrap().allowed);
+            clock.advance(WINDOW);
+        }
+        assert_eq!((leased.store_calls(), leased.admitted_locally()), (10, 0));
+        // 400 a second for two seconds: leased once the rate shows; in the second second each
+        // lease covers a tenth of a second (40 requests).
+        let mut calls_before = 0;
+        for i in 0..800 {
+            if i == 400 {
+                calls_before = leased.store_calls();
+            }
+            assert!(block_on(leased.decide(&hot, None)).unwrap().allowed);
+            clock.advance(WINDOW / 400);
+        }
+        let second = leased.store_calls() - calls_before;
+        assert!(second <= 25, "{second} store calls for the second second's 400 requests");
+        assert!(leased.admitted_locally() > 700, "{}", leased.admitted_locally());
+    }
+
+    #[test]
+    fn a_token_bucket_is_never_leased() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = shared(1_000, &clock);
+        let leased = instance(&store, &clock, 0.0);
+        let bucket = [Check { policy: 1, key: key(2), cost: 1 }];
+        for _ in 0..100 {
+            block_on(leased.decide(&bucket, None)).unwrap();
+        }
+        assert_eq!((leased.store_calls(), leased.admitted_locally()), (100, 0));
+    }
+
+    #[test]
+    fn leased_units_are_counted_and_a_window_ends_every_lease() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = shared(100, &clock);
+        let a = instance(&store, &clock, 0.0);
+        let b = instance(&store, &clock, 0.0);
+        let hot = [Check { policy: 0, key: key(3), cost: 1 }];
+        // a takes 60, holding a lease's unspent units; b then gets the rest, from the store and
+        // its own leases: all but what a still holds.
+        let by_a = (0..60).filter(|_| block_on(a.decide(&hot, None)).unwrap().allowed).count() as u64;
+        assert!(a.held() > 0, "a holds a lease");
+        let by_b = (0..100).filter(|_| block_on(b.decide(&hot, None)).unwrap().allowed).count() as u64;
+        assert_eq!((by_a, by_a + by_b + a.held() + b.held()), (60, 100), "the window's limit exactly");
+        // The next window: a's old lease has expired; what it held is the store's again.
+        clock.advance(WINDOW);
+        let next = (0..150).filter(|_| block_on(a.decide(&hot, None)).unwrap().allowed).count();
+        assert_eq!(next, 100);
+    }
+
+    /// What a run did: per instance, a request's key and cost, time moved, or the instance
+    /// dying (its leases lost).
+    #[derive(Debug, Clone)]
+    enum Step {
+        Ask { instance: usize, key: u8, cost: u64 },
+        Advance(Nanos),
+        Die(usize),
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        let step = prop_oneof![
+            20 => (0usize..4, 0u8..3, 1u64..4).prop_map(|(instance, key, cost)| Step::Ask { instance, key, cost }),
+            2 => (0..WINDOW / 2).prop_map(Step::Advance),
+            1 => (0usize..4).prop_map(Step::Die),
+        ];
+        proptest::collection::vec(step, 1..600)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Four instances sharing one store, any interleaving of requests, time and deaths:
+        /// no window of any key admits more than its limit, counting every admission wherever
+        /// it was decided.
+        #[test]
+        fn no_window_admits_beyond_its_limit_across_instances(
+            limit in 1u64..40,
+            min_rate in prop_oneof![Just(0.0), Just(5.0)],
+            steps in steps(),
+        ) {
+            let clock = Arc::new(ManualClock::new(0));
+            let store = shared(limit, &clock);
+            let mut instances: Vec<LeasedStore> = (0..4).map(|_| instance(&store, &clock, min_rate)).collect();
+            let mut admitted: HashMap<(u8, Nanos), u64> = HashMap::new();
+            for step in steps {
+                match step {
+                    Step::Ask { instance, key: k, cost } => {
+                        let checks = [Check { policy: 0, key: key(k), cost: cost.min(limit) }];
+                        let v = block_on(instances[instance].decide(&checks, None)).unwrap();
+                        if v.allowed {
+                            let window = clock.now() / WINDOW;
+                            *admitted.entry((k, window)).or_default() += cost.min(limit);
+                        }
+                    }
+                    Step::Advance(d) => clock.advance(d),
+                    Step::Die(i) => instances[i] = instance(&store, &clock, min_rate),
+                }
+            }
+            for ((k, w), n) in admitted {
+                prop_assert!(n <= limit, "key {k}, window {w}: {n} admitted, limit {limit}");
+            }
+        }
+    }
+}
