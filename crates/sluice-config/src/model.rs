@@ -1047,9 +1047,9 @@ pub enum StoreConfig {
         /// Where the state is written and read back across restarts (`snapshot`), if anywhere.
         snapshot: Option<Snapshot>,
     },
-    /// Redis or Redis Cluster.
+    /// Redis or Redis Cluster, or the primary Redis Sentinel names.
     Redis {
-        /// Server URLs (one unless `cluster`); they may carry a password.
+        /// Server URLs (one unless `cluster`; none with `sentinel`); they may carry a password.
         urls: Vec<SecretUrl>,
         /// Redis Cluster mode.
         cluster: bool,
@@ -1059,7 +1059,19 @@ pub enum StoreConfig {
         timeout_ms: u64,
         /// Prefix of every stored key.
         key_prefix: String,
+        /// The Sentinels that name the primary (`sentinel`), instead of `urls`.
+        sentinel: Option<Sentinel>,
     },
+}
+
+/// `[store] sentinel`: Redis Sentinel names the primary, and sluice follows its failovers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sentinel {
+    /// The name the Sentinels monitor the primary by.
+    pub master: String,
+    /// The Sentinels' URLs (`redis://host:26379`); their user, password and database are the
+    /// primary's, and may be shown only redacted.
+    pub urls: Vec<SecretUrl>,
 }
 
 /// `[store] snapshot`: the memory store's state in a file, written on shutdown and every

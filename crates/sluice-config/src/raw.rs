@@ -234,6 +234,15 @@ pub(crate) struct RawStore {
     pub shards: Option<usize>,
     pub snapshot: Option<String>,
     pub snapshot_interval: Option<String>,
+    pub sentinel: Option<Spanned<RawSentinel>>,
+}
+
+/// `[store] sentinel = { master = "mymaster", urls = ["redis://10.0.0.5:26379", ...] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSentinel {
+    pub master: Option<String>,
+    pub urls: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

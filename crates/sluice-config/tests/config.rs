@@ -218,6 +218,51 @@ fn a_shared_store_needs_a_shared_key_secret_and_an_explicit_failure_mode() {
 }
 
 #[test]
+fn redis_sentinel_names_the_primary_instead_of_urls() {
+    let head =
+        "[server]\nkey_secret = \"0123456789abcdef0123\"\n[store]\nkind = \"redis\"\non_error = \"fail-closed\"\n";
+    let sentinels = "urls = [\"redis://:pw@10.0.0.5:26379/1\", \"redis://:pw@10.0.0.6:26379/1\"]";
+    let ok = parse("s.toml", &format!("{head}sentinel = {{ master = \"mymaster\", {sentinels} }}\n")).unwrap();
+    let StoreConfig::Redis { urls, cluster, sentinel: Some(sentinel), .. } = ok.store else { panic!("{:?}", ok.store) };
+    assert!(urls.is_empty() && !cluster);
+    assert_eq!(sentinel.master, "mymaster");
+    assert_eq!(sentinel.urls.iter().map(|u| u.expose()).collect::<Vec<_>>()[1], "redis://:pw@10.0.0.6:26379/1");
+    assert_eq!(sentinel.urls[0].to_string(), "redis://<redacted>@10.0.0.5:26379/1", "the password never shows");
+    // As a table of its own, too.
+    let table = format!("{head}[store.sentinel]\nmaster = \"mymaster\"\n{sentinels}\n");
+    assert!(matches!(parse("s.toml", &table).unwrap().store, StoreConfig::Redis { sentinel: Some(_), .. }));
+
+    // Mutually exclusive with the servers themselves: the file, the line and the field.
+    let one = "sentinel = { master = \"m\", urls = [\"redis://10.0.0.5:26379\"] }\n";
+    let e = error_of(&format!("{head}url = \"redis://10.0.0.5:6379\"\n{one}"));
+    assert!(e.starts_with("bad.toml:7: store.sentinel: `url` is set too: give the Sentinels or the servers"), "{e}");
+    let e = error_of(&format!("{head}{one}urls = [\"redis://10.0.0.5:6379\"]\n"));
+    assert!(e.starts_with("bad.toml:6: store.sentinel: `urls` is set too"), "{e}");
+    let e = error_of(&format!("{head}{one}cluster = true\n"));
+    assert!(e.starts_with("bad.toml:6: store.sentinel: `cluster` is set too"), "{e}");
+    // Neither: the message names all three.
+    let e = error_of(head);
+    assert!(e.contains("store.url: kind = \"redis\" needs `url` (or `urls` for a cluster, or `sentinel`)"), "{e}");
+    // Its own fields.
+    let e = error_of(&format!("{head}sentinel = {{ urls = [\"redis://10.0.0.5:26379\"] }}\n"));
+    assert!(e.starts_with("bad.toml:6: store.sentinel.master: is required"), "{e}");
+    let e = error_of(&format!("{head}sentinel = {{ master = \"my master\", urls = [\"redis://a:26379\"] }}\n"));
+    assert!(e.starts_with("bad.toml:6: store.sentinel.master: `my master` is not a name"), "{e}");
+    let e = error_of(&format!("{head}[store.sentinel]\nmaster = \"m\"\nurls = []\n"));
+    assert!(e.starts_with("bad.toml:8: store.sentinel.urls: is required"), "{e}");
+    let e = error_of(&format!("{head}[store.sentinel]\nmaster = \"m\"\nurls = [\"rediss://a:26379\"]\n"));
+    assert!(e.starts_with("bad.toml:8: store.sentinel.urls: `rediss://a:26379` must start with redis://"), "{e}");
+    let differ = "urls = [\"redis://:pw@a:26379\", \"redis://b:26379\"]";
+    let e = error_of(&format!("{head}[store.sentinel]\nmaster = \"m\"\n{differ}\n"));
+    assert!(e.starts_with("bad.toml:8: store.sentinel.urls: every Sentinel URL must carry the same user"), "{e}");
+    let e = error_of(&format!("{head}sentinel = {{ master = \"m\", urls = [\"redis://a:26379\"], port = 1 }}\n"));
+    assert!(e.contains("store.sentinel") && e.contains("unknown field `port`"), "{e}");
+    // Not for the memory store.
+    let e = error_of("[store]\nsentinel = { master = \"m\", urls = [\"redis://a:26379\"] }\n");
+    assert!(e.starts_with("bad.toml:2: store.sentinel: applies only to kind = \"redis\""), "{e}");
+}
+
+#[test]
 fn a_key_secret_comes_from_the_file_from_a_file_or_from_the_environment() {
     let dir = std::env::temp_dir().join(format!("sluice-config-secret-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -352,7 +352,7 @@ pub struct RedisStores {
 
 impl StoreBuilder for RedisStores {
     fn build(&self, config: &Config, _previous: Option<&Arc<dyn Store>>) -> Result<Arc<dyn Store>, GatewayError> {
-        let StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } = &config.store else {
+        let StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix, sentinel } = &config.store else {
             return Err(GatewayError::NeedsRestart("store.kind"));
         };
         let exposed: Vec<String> = urls.iter().map(|u| u.expose().to_owned()).collect();
@@ -361,9 +361,10 @@ impl StoreBuilder for RedisStores {
             OnError::FailClosed => sluice_redis::OnError::FailClosed,
             OnError::Local => sluice_redis::OnError::Local,
         };
-        let mut options = match cluster {
-            true => RedisOptions::cluster(exposed, on_error),
-            false => RedisOptions::single(exposed[0].clone(), on_error),
+        let mut options = match (sentinel, cluster) {
+            (Some(s), _) => RedisOptions::sentinel(&s.master, s.urls.iter().map(|u| u.expose().to_owned()), on_error),
+            (None, true) => RedisOptions::cluster(exposed, on_error),
+            (None, false) => RedisOptions::single(exposed[0].clone(), on_error),
         };
         options.timeout = Duration::from_millis(*timeout_ms);
         options.key_prefix = key_prefix.clone();

@@ -42,7 +42,8 @@ const SHOWN_AS: &[(&str, &str)] = &[
 const MAPS: &[&str] = &["route.limits.policies"];
 
 /// Configurations that, together, set every field the file accepts (some exclude others: a
-/// secret inline, from a file or from the environment; a memory or a Redis store).
+/// secret inline, from a file or from the environment; a memory or a Redis store; Redis's URLs
+/// or its Sentinels).
 fn configurations(dir: &Path, variable: &str) -> Vec<String> {
     let file = |name: &str| dir.join(name).display().to_string();
     let full = format!(
@@ -270,7 +271,17 @@ hs256_secret_file = "{hs256}"
         token = file("token"),
         hs256 = file("hs256_secret"),
     );
-    vec![full, from_files, from_the_environment]
+    let with_sentinels = r#"
+[server]
+key_secret = "the key secret of the Sentinel configuration"
+
+[store]
+kind = "redis"
+on_error = "fail-open"
+sentinel = { master = "mymaster", urls = ["redis://:pw@127.0.0.1:26379", "redis://:pw@127.0.0.1:26380"] }
+"#
+    .to_string();
+    vec![full, from_files, from_the_environment, with_sentinels]
 }
 
 /// One step of a path: a key, and its array index when it names an array of tables.

@@ -2,7 +2,8 @@
 //! by the next call the breaker lets through. A single node over TCP gets lean connections
 //! ([`crate::lean`]: no driver task): one per current-thread runtime's thread, so a gateway
 //! worker's requests never leave its thread, and one shared by multi-thread runtimes; a Cluster, or a node behind a Unix socket, one redis-rs connection shared
-//! by every request (multiplexed, pipelined by its driver task).
+//! by every request (multiplexed, pipelined by its driver task). A primary that Sentinels name
+//! ([`crate::sentinel`]) gets lean connections like a single node, each confirmed with `ROLE`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use redis::{
 use crate::error::RedisStoreError;
 use crate::lean::LeanConn;
 use crate::options::RedisOptions;
+use crate::sentinel::Sentinels;
 use crate::stats::Counters;
 
 /// A connection; every kind pipelines concurrent requests and is cheap to clone.
@@ -47,10 +49,12 @@ async fn lean_query(conn: &LeanConn, cmd: &Cmd) -> RedisResult<Value> {
     conn.request(|out| cmd.write_packed_command(out), redis::parse_redis_value).await?
 }
 
+/// What a store connects to; `Sentinel`: the primary the Sentinels name, over lean connections.
 enum Target {
     Lean { host: String, port: u16, redis: RedisConnectionInfo },
     Single(Client),
     Cluster(ClusterClient),
+    Sentinel(Sentinels),
 }
 
 /// How many lean connections a store keeps at most: one shared by the workers of multi-thread
@@ -81,8 +85,9 @@ fn thread_number() -> usize {
 pub(crate) struct Connector {
     target: Target,
     timeout: Duration,
-    /// One for a shared connection; for lean ones, see [`lean_slot`].
-    current: Vec<Mutex<Option<Conn>>>,
+    /// One for a shared connection; for lean ones, see [`lean_slot`]. Each with the
+    /// [`Connector::generation`] it was made under.
+    current: Vec<Mutex<Option<(Conn, u64)>>>,
     connecting: tokio::sync::Mutex<()>,
 }
 
@@ -92,6 +97,7 @@ impl std::fmt::Debug for Connector {
             Target::Lean { .. } => "single (lean)",
             Target::Single(_) => "single",
             Target::Cluster(_) => "cluster",
+            Target::Sentinel(_) => "sentinel (lean)",
         };
         f.debug_struct("Connector").field("target", &kind).finish_non_exhaustive()
     }
@@ -104,7 +110,9 @@ fn bad_url(url: &str, e: RedisError) -> RedisStoreError {
 impl Connector {
     /// Parses the URLs; connects nothing yet.
     pub fn new(options: &RedisOptions) -> Result<Self, RedisStoreError> {
-        let target = if options.cluster {
+        let target = if let Some(master) = &options.sentinel {
+            Target::Sentinel(Sentinels::new(master, &options.urls)?)
+        } else if options.cluster {
             for url in &options.urls {
                 Client::open(url.as_str()).map_err(|e| bad_url(url, e))?;
             }
@@ -127,7 +135,7 @@ impl Connector {
                 _ => Target::Single(client),
             }
         };
-        let slots = if matches!(target, Target::Lean { .. }) { lean_slots() } else { 1 };
+        let slots = if matches!(target, Target::Lean { .. } | Target::Sentinel(_)) { lean_slots() } else { 1 };
         Ok(Self {
             target,
             timeout: options.timeout,
@@ -137,14 +145,25 @@ impl Connector {
     }
 
     /// The slot of the calling thread's connection.
-    fn slot(&self, index: usize) -> std::sync::MutexGuard<'_, Option<Conn>> {
+    fn slot(&self, index: usize) -> std::sync::MutexGuard<'_, Option<(Conn, u64)>> {
         // Holds an Option of a handle: no invariant a panic could break.
         self.current[index].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The connection in slot `index` unless there is none or it failed.
+    /// The connection in slot `index` unless there is none, it failed, or it was made to a
+    /// node the Sentinels no longer name.
     fn usable(&self, index: usize) -> Option<Conn> {
-        self.slot(index).clone().filter(|c| !matches!(c, Conn::Lean(lean) if lean.is_broken()))
+        let generation = self.generation();
+        let (conn, made) = self.slot(index).clone()?;
+        (made == generation && !matches!(&conn, Conn::Lean(lean) if lean.is_broken())).then_some(conn)
+    }
+
+    /// Which primary the Sentinels name ([`Sentinels::generation`]); always 0 without them.
+    fn generation(&self) -> u64 {
+        match &self.target {
+            Target::Sentinel(sentinels) => sentinels.generation(),
+            _ => 0,
+        }
     }
 
     /// The calling thread's connection, connecting first if there is none.
@@ -158,20 +177,24 @@ impl Connector {
         if let Some(c) = self.usable(index) {
             return Ok(c);
         }
+        let mut generation = 0;
         let conn = match &self.target {
-            Target::Lean { host, port, redis } => {
-                let conn = LeanConn::connect(host, *port).await?;
-                if let Some(password) = &redis.password {
-                    let mut auth = redis::cmd("AUTH");
-                    if let Some(user) = &redis.username {
-                        auth.arg(user);
+            Target::Lean { host, port, redis } => Conn::Lean(Arc::new(lean_connect(host, *port, redis).await?)),
+            Target::Sentinel(sentinels) => {
+                let ((host, port), named) = sentinels.primary().await?;
+                generation = named;
+                let conn = async {
+                    let conn = lean_connect(&host, port, sentinels.redis()).await?;
+                    confirm_primary(&conn, &host, port).await?;
+                    Ok::<_, RedisError>(conn)
+                };
+                match conn.await {
+                    Ok(conn) => Conn::Lean(Arc::new(conn)),
+                    Err(e) => {
+                        sentinels.forget();
+                        return Err(e);
                     }
-                    lean_query(&conn, auth.arg(password)).await?.extract_error()?;
                 }
-                if redis.db != 0 {
-                    lean_query(&conn, redis::cmd("SELECT").arg(redis.db)).await?.extract_error()?;
-                }
-                Conn::Lean(Arc::new(conn))
             }
             Target::Single(client) => {
                 let config = AsyncConnectionConfig::new().set_connection_timeout(self.timeout);
@@ -180,7 +203,7 @@ impl Connector {
             Target::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
         };
         counters.connects.fetch_add(1, Ordering::Relaxed);
-        *self.slot(index) = Some(conn.clone());
+        *self.slot(index) = Some((conn.clone(), generation));
         Ok(conn)
     }
 
@@ -189,6 +212,38 @@ impl Connector {
     pub fn discard(&self) {
         for index in 0..self.current.len() {
             *self.slot(index) = None;
+        }
+        if let Target::Sentinel(sentinels) = &self.target {
+            sentinels.forget();
+        }
+    }
+}
+
+/// A lean connection to `host:port`, authenticated and on the database `redis` says.
+async fn lean_connect(host: &str, port: u16, redis: &RedisConnectionInfo) -> RedisResult<LeanConn> {
+    let conn = LeanConn::connect(host, port).await?;
+    if let Some(password) = &redis.password {
+        let mut auth = redis::cmd("AUTH");
+        if let Some(user) = &redis.username {
+            auth.arg(user);
+        }
+        lean_query(&conn, auth.arg(password)).await?.extract_error()?;
+    }
+    if redis.db != 0 {
+        lean_query(&conn, redis::cmd("SELECT").arg(redis.db)).await?.extract_error()?;
+    }
+    Ok(conn)
+}
+
+/// `ROLE` on a node the Sentinels named: an error unless it is a primary (a failed-over primary
+/// back as a replica, before the Sentinels have noticed, is not one).
+async fn confirm_primary(conn: &LeanConn, host: &str, port: u16) -> RedisResult<()> {
+    let role = lean_query(conn, &redis::cmd("ROLE")).await?.extract_error()?;
+    match role {
+        Value::Array(items) if items.first() == Some(&Value::BulkString(b"master".to_vec())) => Ok(()),
+        other => {
+            let why = format!("{host}:{port}, named by the Sentinels, is not a primary (ROLE: {other:?})");
+            Err(RedisError::from((ErrorKind::ReadOnly, "not the primary", why)))
         }
     }
 }

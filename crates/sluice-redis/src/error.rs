@@ -20,6 +20,12 @@ pub enum RedisStoreError {
         /// The client's complaint.
         reason: String,
     },
+    /// Sentinel settings for a Redis Cluster, which has no Sentinel.
+    #[error("Redis Cluster has no Sentinel: give the Sentinels or set cluster = true, not both")]
+    SentinelAndCluster,
+    /// A Sentinel master name that is empty or holds spaces or control characters.
+    #[error("Sentinel master name {0:?}: give the name the Sentinels monitor it by (no spaces)")]
+    BadMasterName(String),
     /// `on_error` spelled wrong.
     #[error("on_error must be fail-open, fail-closed or local (got {0:?})")]
     BadOnError(String),

@@ -52,6 +52,11 @@
 //!   first check in a request is cached (a later one was decided after charges that a denied
 //!   request never made). [`Source::DenyCache`] marks such verdicts; they say nothing of whether
 //!   Redis answers now (`Reported::answered` is false), so a cached denial never ends an outage.
+//! - **Redis Sentinel** ([`RedisOptions::sentinel`]): the Sentinels name the primary (a task
+//!   per store asks them all every 500 ms and after a failed call; the highest configuration
+//!   epoch wins), and the store follows a failover to the promoted replica, on the same
+//!   connections as a single node. Writes the replica had not received are lost in a failover
+//!   (Redis replicates asynchronously): each is a charge forgotten, in the lenient direction.
 //! - **Reloads keep what the process knows.** [`RedisStore::rebuild`] makes a store for new
 //!   policies that shares the deny cache, the breaker and the counters (and the `local`
 //!   fallback's unchanged tables): a key denied before an outage stays denied after a reload
@@ -94,6 +99,7 @@ mod options;
 mod plan;
 mod resp;
 mod script;
+mod sentinel;
 mod settle;
 mod slot;
 mod stats;

@@ -86,10 +86,15 @@ impl Default for BreakerOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisOptions {
     /// One URL (`redis://host:port/db`, `rediss://` for TLS is not enabled) for a single node,
-    /// or the seed nodes of a Cluster.
+    /// the seed nodes of a Cluster, or the Sentinels of [`RedisOptions::sentinel`].
     pub urls: Vec<String>,
     /// True for Redis Cluster.
     pub cluster: bool,
+    /// The name of the primary (Sentinel's `master`) that the Sentinels at `urls` watch: the
+    /// store decides on the primary they name and follows a failover to the next one. The URLs'
+    /// user, password and database are the primary's (a Sentinel that asks for a password is
+    /// given the same). `None`: `urls` are Redis itself.
+    pub sentinel: Option<String>,
     /// What a decision does when Redis fails.
     pub on_error: OnError,
     /// The bound on every call to Redis, connecting included.
@@ -121,10 +126,24 @@ impl RedisOptions {
         Self::with_urls(urls.into_iter().map(Into::into).collect(), true, on_error)
     }
 
+    /// The primary named `master` of the Sentinels at `urls` (`redis://host:26379`, their user,
+    /// password and database those of the primary), failing as `on_error` says, with the same
+    /// defaults.
+    pub fn sentinel(
+        master: impl Into<String>,
+        urls: impl IntoIterator<Item = impl Into<String>>,
+        on_error: OnError,
+    ) -> Self {
+        let mut options = Self::with_urls(urls.into_iter().map(Into::into).collect(), false, on_error);
+        options.sentinel = Some(master.into());
+        options
+    }
+
     fn with_urls(urls: Vec<String>, cluster: bool, on_error: OnError) -> Self {
         Self {
             urls,
             cluster,
+            sentinel: None,
             on_error,
             timeout: Duration::from_millis(50),
             key_prefix: "sluice".to_string(),
@@ -140,8 +159,16 @@ impl RedisOptions {
         if self.urls.is_empty() {
             return Err(RedisStoreError::NoUrl);
         }
-        if !self.cluster && self.urls.len() > 1 {
+        if !self.cluster && self.sentinel.is_none() && self.urls.len() > 1 {
             return Err(RedisStoreError::SeveralUrls(self.urls.len()));
+        }
+        if let Some(master) = &self.sentinel {
+            if self.cluster {
+                return Err(RedisStoreError::SentinelAndCluster);
+            }
+            if master.is_empty() || master.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+                return Err(RedisStoreError::BadMasterName(master.clone()));
+            }
         }
         if self.timeout.is_zero() {
             return Err(RedisStoreError::ZeroTimeout);
@@ -183,6 +210,14 @@ mod tests {
             RedisOptions { breaker: no_breaker, ..ok.clone() }.validate(),
             Err(RedisStoreError::ZeroBreakerFailures)
         );
+        let sentinels = RedisOptions::sentinel("mymaster", ["redis://a", "redis://b"], OnError::FailClosed);
+        assert_eq!(sentinels.validate(), Ok(()));
+        assert_eq!(
+            RedisOptions { cluster: true, ..sentinels.clone() }.validate(),
+            Err(RedisStoreError::SentinelAndCluster)
+        );
+        let unnamed = RedisOptions { sentinel: Some("my master".into()), ..sentinels };
+        assert_eq!(unnamed.validate(), Err(RedisStoreError::BadMasterName("my master".into())));
         let braces = RedisOptions { key_prefix: "a{b}".into(), ..ok };
         assert!(matches!(braces.validate(), Err(RedisStoreError::BadName { field: "key_prefix", .. })));
     }

@@ -155,10 +155,17 @@ pub fn describe(c: &Config) -> String {
                 when_full.name()
             )
         }
-        StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => writeln!(
+        StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix, sentinel } => writeln!(
             out,
             "store: redis {} (cluster: {cluster}), on error: {}, timeout {timeout_ms} ms, prefix {key_prefix}",
-            urls.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", "),
+            match sentinel {
+                Some(s) => format!(
+                    "primary {:?} named by the Sentinels {}",
+                    s.master,
+                    s.urls.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                None => urls.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", "),
+            },
             on_error.name()
         ),
     };
@@ -222,4 +229,18 @@ pub fn describe(c: &Config) -> String {
         }
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sentinel_store_shows_the_primary_s_name_and_the_sentinels_without_passwords() {
+        let text = "[server]\nkey_secret = \"an operator's long random secret, 0123456789\"\n[store]\nkind = \"redis\"\n\
+                    on_error = \"fail-closed\"\n\
+                    sentinel = { master = \"mymaster\", urls = [\"redis://:pw@10.0.0.5:26379\", \"redis://:pw@10.0.0.6:26379\"] }\n";
+        let out = super::describe(&sluice_config::parse("s.toml", text).unwrap());
+        let shown = "store: redis primary \"mymaster\" named by the Sentinels redis://<redacted>@10.0.0.5:26379, \
+                     redis://<redacted>@10.0.0.6:26379 (cluster: false), on error: fail-closed";
+        assert!(out.contains(shown) && !out.contains(":pw@"), "{out}");
+    }
 }

@@ -30,6 +30,7 @@ pub(super) fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> R
                 ("on_error", s.on_error.is_some()),
                 ("key_prefix", s.key_prefix.is_some()),
                 ("timeout_ms", s.timeout_ms.is_some()),
+                ("sentinel", s.sentinel.is_some()),
             ] {
                 if there {
                     return Err(err(field, "applies only to kind = \"redis\"".into()));
@@ -55,10 +56,28 @@ pub(super) fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> R
                     return Err(err(field, "applies only to kind = \"memory\" (Redis keeps its own state)".into()));
                 }
             }
+            let sentinel = match s.sentinel {
+                Some(raw) => {
+                    let servers = [("url", s.url.is_some()), ("urls", s.urls.is_some()), ("cluster", s.cluster)];
+                    if let Some((field, _)) = servers.iter().find(|(_, there)| *there) {
+                        return Err(src.error(
+                            Some(src.line_of(raw.span().start)),
+                            "store.sentinel",
+                            format!("`{field}` is set too: give the Sentinels or the servers (`url`, `urls`, `cluster`), not both"),
+                        ));
+                    }
+                    Some(sentinel(src, raw)?)
+                }
+                None => None,
+            };
             let urls = match (s.url, s.urls) {
+                (None, None) if sentinel.is_some() => Vec::new(),
                 (Some(u), None) => vec![u],
                 (None, Some(us)) if !us.is_empty() => us,
-                (None, _) => return Err(err("url", "kind = \"redis\" needs `url` (or `urls` for a cluster)".into())),
+                (None, _) => {
+                    let needs = "kind = \"redis\" needs `url` (or `urls` for a cluster, or `sentinel`)";
+                    return Err(err("url", needs.into()));
+                }
                 (Some(_), Some(_)) => return Err(err("urls", "give `url` or `urls`, not both".into())),
             };
             let urls: Vec<SecretUrl> = urls.into_iter().map(SecretUrl::new).collect();
@@ -93,10 +112,49 @@ pub(super) fn store(src: &Source<'_>, raw: Option<toml::Spanned<RawStore>>) -> R
             if !sluice_store::is_key_name(&key_prefix) {
                 return Err(err("key_prefix", format!("{KEY_NAME}: `{key_prefix}` is not")));
             }
-            Ok(StoreConfig::Redis { urls, cluster: s.cluster, on_error, timeout_ms, key_prefix })
+            Ok(StoreConfig::Redis { urls, cluster: s.cluster, on_error, timeout_ms, key_prefix, sentinel })
         }
         other => Err(err("kind", format!("unknown store `{other}` (memory, redis)"))),
     }
+}
+
+/// `sentinel = { master, urls }`: the name the Sentinels monitor the primary by, and their URLs,
+/// whose user, password and database are the primary's (so they must all carry the same).
+fn sentinel(src: &Source<'_>, raw: toml::Spanned<RawSentinel>) -> Result<Sentinel, ConfigError> {
+    let span = raw.span();
+    let s = raw.into_inner();
+    let err = |field: &str, msg: String| {
+        src.error(Some(src.field_line(&span, field)), format!("store.sentinel.{field}"), msg)
+    };
+    let master = match s.master {
+        Some(m) if !m.is_empty() && !m.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => m,
+        Some(m) => return Err(err("master", format!("`{m}` is not a name the Sentinels can monitor a primary by"))),
+        None => {
+            let why = "is required: the name the Sentinels monitor the primary by (`sentinel monitor NAME ...`)";
+            return Err(err("master", why.into()));
+        }
+    };
+    let urls: Vec<SecretUrl> = match s.urls {
+        Some(urls) if !urls.is_empty() => urls.into_iter().map(SecretUrl::new).collect(),
+        _ => return Err(err("urls", "is required: the Sentinels' URLs, redis://host:26379".into())),
+    };
+    if let Some(bad) = urls.iter().find(|u| !u.expose().starts_with("redis://")) {
+        return Err(err(
+            "urls",
+            format!("`{bad}` must start with redis:// (Sentinels are reached over TCP, without TLS)"),
+        ));
+    }
+    // What follows the scheme, but the host and port: the user information and the database.
+    let credentials = |u: &SecretUrl| {
+        let rest = &u.expose()["redis://".len()..];
+        let (authority, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        (authority.rfind('@').map(|at| authority[..at].to_string()), path.to_string())
+    };
+    if urls.iter().any(|u| credentials(u) != credentials(&urls[0])) {
+        let why = "every Sentinel URL must carry the same user, password and database: they are the primary's";
+        return Err(err("urls", why.into()));
+    }
+    Ok(Sentinel { master, urls })
 }
 
 /// `snapshot` and `snapshot_interval` of a memory store, or the field at fault and why.

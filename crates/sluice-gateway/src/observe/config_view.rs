@@ -299,9 +299,13 @@ fn store_json(s: &StoreConfig) -> Value {
                 "interval_ms": s.interval / NANOS_PER_MILLI,
             })),
         }),
-        StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix } => json!({
+        StoreConfig::Redis { urls, cluster, on_error, timeout_ms, key_prefix, sentinel } => json!({
             "kind": "redis",
             "urls": urls.iter().map(SecretUrl::redacted).collect::<Vec<_>>(),
+            "sentinel": sentinel.as_ref().map(|s| json!({
+                "master": s.master,
+                "urls": s.urls.iter().map(SecretUrl::redacted).collect::<Vec<_>>(),
+            })),
             "cluster": cluster,
             "on_error": match on_error {
                 OnError::FailOpen => "fail-open",

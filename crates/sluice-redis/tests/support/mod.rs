@@ -310,3 +310,219 @@ impl RedisCluster {
         }
     }
 }
+
+/// Redis Sentinel: a primary, one replica of it, and three Sentinels (quorum 2) that watch it as
+/// [`SentinelSet::MASTER`] and fail it over after `down-after-milliseconds` without an answer.
+pub struct SentinelSet {
+    /// The primary first, then its replica (until a failover swaps their roles).
+    pub nodes: Vec<RedisServer>,
+    pub sentinels: Vec<Sentinel>,
+    /// The password of every process, if any.
+    pub password: Option<String>,
+    /// Where the two nodes write their logs, shown when a test fails.
+    logs: PathBuf,
+}
+
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for name in ["primary.log", "replica.log"] {
+                let log = std::fs::read_to_string(self.logs.join(name)).unwrap_or_default();
+                eprintln!("--- the log of the {name}:\n{log}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.logs);
+    }
+}
+
+/// One `redis-server --sentinel` process.
+pub struct Sentinel {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl SentinelSet {
+    /// The name the Sentinels monitor the primary by.
+    pub const MASTER: &str = "mymaster";
+
+    /// Starts the five processes (every one with `password`, if any: the data nodes'
+    /// `requirepass` and `masterauth`, the Sentinels' own `requirepass` and `auth-pass`) and
+    /// returns once the replica receives the primary's writes and every Sentinel knows the
+    /// replica and the two other Sentinels.
+    pub fn start(down_after_ms: u64, password: Option<&str>) -> Self {
+        require("redis-cli");
+        // A replica syncs at once rather than after the default diskless delay of 5 s.
+        let mut auth: Vec<&str> = vec!["--repl-diskless-sync-delay", "0"];
+        auth.extend(password.map_or_else(Vec::new, |p| vec!["--requirepass", p, "--masterauth", p]));
+        let logs = temp_dir();
+        let log = |name: &str| logs.join(name).display().to_string();
+        let (primary_log, replica_log) = (log("primary.log"), log("replica.log"));
+        let primary = RedisServer::start_with_args(&[&["--logfile", &primary_log][..], &auth].concat());
+        let port = primary.port.to_string();
+        let replica = RedisServer::start_with_args(
+            &[&["--replicaof", "127.0.0.1", &port, "--logfile", &replica_log][..], &auth].concat(),
+        );
+        let mut set =
+            Self { nodes: vec![primary, replica], sentinels: Vec::new(), password: password.map(str::to_string), logs };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !set.cli(set.nodes[1].port, &["info", "replication"]).contains("master_link_status:up") {
+            assert!(Instant::now() < deadline, "the replica did not sync within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // After a diskless sync the primary streams writes only once the replica has first
+        // acknowledged (it does every second): until then a failover would lose every write.
+        assert_eq!(set.cli(set.nodes[0].port, &["set", "sentinel-set-streaming", "1"]), "OK");
+        while set.cli(set.nodes[1].port, &["exists", "sentinel-set-streaming"]) != "1" {
+            assert!(Instant::now() < deadline, "the replica did not receive a write within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        set.cli(set.nodes[0].port, &["del", "sentinel-set-streaming"]);
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 3 {
+            let p = free_port(false);
+            if set.nodes.iter().all(|n| n.port != p) && !ports.contains(&p) {
+                ports.push(p);
+            }
+        }
+        // Each Sentinel is told of the others and of the replica, as it would write them itself
+        // once it found them: they agree at once rather than after their first hellos.
+        let id = |port: u16| format!("{port:040x}");
+        for &port in &ports {
+            let mut known = format!("sentinel myid {}\n", id(port));
+            known.push_str(&format!("sentinel known-replica {} 127.0.0.1 {}\n", Self::MASTER, set.nodes[1].port));
+            for &other in ports.iter().filter(|&&o| o != port) {
+                known.push_str(&format!("sentinel known-sentinel {} 127.0.0.1 {other} {}\n", Self::MASTER, id(other)));
+            }
+            set.sentinels.push(Sentinel::start(port, set.nodes[0].port, down_after_ms, password, &known));
+        }
+        let known = |s: &Sentinel| {
+            let master = set.cli(s.port, &["sentinel", "master", Self::MASTER]);
+            let field = |name: &str| {
+                let lines: Vec<&str> = master.lines().collect();
+                lines.windows(2).find(|w| w[0] == name).map(|w| w[1].to_string())
+            };
+            field("num-other-sentinels").as_deref() == Some("2") && field("num-slaves").as_deref() == Some("1")
+        };
+        while !set.sentinels.iter().all(known) {
+            assert!(Instant::now() < deadline, "the Sentinels did not find each other and the replica within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        set
+    }
+
+    /// The Sentinels' URLs, with the password if any.
+    pub fn urls(&self) -> Vec<String> {
+        let auth = self.password.as_ref().map_or(String::new(), |p| format!(":{p}@"));
+        self.sentinels.iter().map(|s| format!("redis://{auth}127.0.0.1:{}", s.port)).collect()
+    }
+
+    /// Runs one command through redis-cli on `port` (a node or a Sentinel), with the password.
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let mut command = Command::new("redis-cli");
+        command.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
+        if let Some(p) = &self.password {
+            command.args(["-a", p, "--no-auth-warning"]);
+        }
+        let out = command.args(args).output().unwrap_or_else(|e| panic!("could not run redis-cli ({e}): {INSTALL}"));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The port of the primary the Sentinel on `port` names, if it answers.
+    pub fn named_by(&self, port: u16) -> Option<u16> {
+        self.cli(port, &["sentinel", "get-master-addr-by-name", Self::MASTER]).lines().nth(1)?.parse().ok()
+    }
+
+    /// The index in `nodes` of the node on `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.nodes.iter().position(|n| n.port == port).unwrap_or_else(|| panic!("no node on port {port}"))
+    }
+
+    /// Waits until every Sentinel names a primary other than the node on `port` and that node
+    /// says it is a primary; returns its index in `nodes`.
+    pub fn wait_failover(&self, port: u16, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let named: Vec<Option<u16>> = self.sentinels.iter().map(|s| self.named_by(s.port)).collect();
+            if let Some(Some(now)) = named.first()
+                && *now != port
+                && named.iter().all(|n| *n == Some(*now))
+                && self.cli(*now, &["role"]).starts_with("master")
+            {
+                return self.index_of(*now);
+            }
+            assert!(Instant::now() < deadline, "no failover away from port {port} within {within:?}: {named:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How many bytes of the replication stream the primary at `primary` has sent that the
+    /// replica has not acknowledged (its `INFO replication`; acknowledged once a second).
+    pub fn replica_behind(&self, primary: usize) -> Option<u64> {
+        let info = self.cli(self.nodes[primary].port, &["info", "replication"]);
+        let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+        let sent: u64 = field("master_repl_offset:")?.parse().ok()?;
+        let acked: u64 = field("slave0:")?.split(',').find_map(|kv| kv.strip_prefix("offset="))?.parse().ok()?;
+        Some(sent.saturating_sub(acked))
+    }
+}
+
+impl Sentinel {
+    fn start(port: u16, primary: u16, down_after_ms: u64, password: Option<&str>, known: &str) -> Self {
+        require("redis-server");
+        let dir = temp_dir();
+        let name = SentinelSet::MASTER;
+        let mut conf = format!(
+            "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\nsentinel monitor {name} 127.0.0.1 {primary} 2\n\
+             sentinel down-after-milliseconds {name} {down_after_ms}\nsentinel failover-timeout {name} 10000\n\
+             sentinel parallel-syncs {name} 1\n",
+            dir = dir.display()
+        );
+        if let Some(p) = password {
+            conf.push_str(&format!("requirepass {p}\nsentinel auth-pass {name} {p}\n"));
+        }
+        conf.push_str(known);
+        let file = dir.join("sentinel.conf");
+        std::fs::write(&file, conf).expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&file)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start redis-server --sentinel ({e}): {INSTALL}"));
+        let mut s = Self { child: Some(child), port, dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(Some(status)) = s.child.as_mut().map(|c| c.try_wait().ok().flatten()) {
+                panic!("redis-server --sentinel on port {port} exited at start ({status})");
+            }
+            if raw(port, "PING", Duration::from_millis(200))
+                .is_some_and(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH"))
+            {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "redis-server --sentinel on port {port} did not answer within 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the process (SIGKILL).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default();
+            eprintln!("--- the log of the Sentinel on port {}:\n{log}", self.port);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
