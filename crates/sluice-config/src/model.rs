@@ -664,6 +664,10 @@ pub struct PolicyConfig {
     /// limit is `cost_from = "response-bytes"` unless `unit` says otherwise; else `unit` (e.g.
     /// `tokens`).
     pub unit: Option<String>,
+    /// `lease = "auto"`: each instance takes quota leases of this policy's hot keys from the
+    /// shared store and decides their requests in memory, never beyond the limit
+    /// (docs/src/scaling.md). Fixed windows on a Redis store only.
+    pub lease: bool,
     /// Counts requests in flight (`algorithm = "concurrency"`): a request holds `cost` slots
     /// from its admission until its response ends (or its client leaves), when they are given
     /// back. `policy` is then a sliding log of leases: `limit` is `max_in_flight`, `window` the

@@ -9,7 +9,10 @@ use std::time::Duration;
 use sluice_config::{Config, OnError, Snapshot, StoreConfig};
 use sluice_core::{Clock, SystemClock, ceil_millis};
 use sluice_redis::{RedisOptions, RedisStore};
-use sluice_store::{KeyHasher, MemoryOptions, MemoryStore, NamedPolicy, Restored, SnapshotError, Store, Written};
+use sluice_store::{
+    KeyHasher, LeaseOptions, LeasedStore, MemoryOptions, MemoryStore, NamedPolicy, Restored, SnapshotError, Store,
+    Written,
+};
 
 use crate::error::GatewayError;
 use crate::observe::{EVENT_TARGET as TARGET, Metrics, SnapshotWrites};
@@ -377,6 +380,15 @@ impl StoreBuilder for RedisStores {
         let store = Arc::new(built.map_err(|e| GatewayError::Store(e.to_string()))?);
         *current = Some(store.clone());
         drop(current);
+        // Quota leases for the policies that ask (`lease = "auto"`): a reload starts them
+        // afresh (the units the last configuration's leases held come back with their window).
+        let leased: Vec<bool> = config.policies.iter().map(|p| p.lease).collect();
+        let decides: Arc<dyn Store> = if leased.contains(&true) {
+            let clock = Arc::new(SystemClock::new());
+            Arc::new(LeasedStore::new(store.clone(), leased, LeaseOptions::default(), clock))
+        } else {
+            store.clone()
+        };
         // Redis evicting sluice's keys under memory pressure would reset limits: say so at start
         // (asked in the background, so a slow Redis does not hold start-up).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -387,6 +399,6 @@ impl StoreBuilder for RedisStores {
                 }
             });
         }
-        Ok(store)
+        Ok(decides)
     }
 }

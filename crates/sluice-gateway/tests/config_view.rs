@@ -241,6 +241,7 @@ limit = 1000
 window = "1mo"
 align = "calendar"
 timezone = "Europe/Kyiv"
+lease = "auto"
 
 [[route]]
 path = "/v1/chat"

@@ -8,8 +8,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -44,28 +42,6 @@ fn instance(server: &RedisServer, limit: u64, leases: bool) -> Arc<dyn Store> {
     }
     let options = LeaseOptions { min_rate: 50.0, ..LeaseOptions::default() };
     Arc::new(LeasedStore::new(redis, vec![true], options, Arc::new(SystemClock::new())))
-}
-
-/// Scripts Redis has run (`EVALSHA` and `EVAL` calls).
-fn scripts_run(port: u16) -> u64 {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    s.write_all(b"INFO commandstats\r\n").unwrap();
-    let mut text = String::new();
-    let mut buf = [0u8; 8192];
-    // A bulk string: `$LEN\r\n` then the text; read until it is all there.
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        text.push_str(&String::from_utf8_lossy(&buf[..n]));
-        let len: usize = text.lines().next().and_then(|l| l.trim_start_matches('$').trim().parse().ok()).unwrap_or(0);
-        if n == 0 || text.len() >= len + 4 {
-            break;
-        }
-    }
-    text.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 /// Admissions by Redis window (the verdict's time: Redis's clock when it charged, or when it
@@ -135,7 +111,7 @@ async fn four_instances_never_admit_beyond_the_window_also_when_one_dies_holding
         tally.decisions,
         tally.admitted.len(),
         tally.admitted.values().collect::<Vec<_>>(),
-        scripts_run(server.port)
+        server.scripts_run()
     );
     for (w, n) in &tally.admitted {
         assert!(*n <= LIMIT, "window {w}: {n} admitted, the limit is {LIMIT}");
@@ -152,7 +128,7 @@ async fn a_hot_key_under_its_limit_costs_redis_far_fewer_scripts_with_leases() {
     const LIMIT: u64 = 50_000_000;
     let mut runs = Vec::new();
     for leases in [false, true] {
-        let before = scripts_run(server.port);
+        let before = server.scripts_run();
         let stop = Arc::new(AtomicBool::new(false));
         let instances: Vec<Arc<dyn Store>> = (0..INSTANCES).map(|_| instance(&server, LIMIT, leases)).collect();
         let tasks: Vec<_> = instances.iter().flat_map(|s| drive(s.clone(), stop.clone())).collect();
@@ -162,7 +138,7 @@ async fn a_hot_key_under_its_limit_costs_redis_far_fewer_scripts_with_leases() {
         let mut tally = Tally::default();
         total(tasks, &mut tally).await;
         let seconds = started.elapsed().as_secs_f64();
-        let scripts = scripts_run(server.port) - before;
+        let scripts = server.scripts_run() - before;
         let per = scripts as f64 / tally.decisions as f64;
         println!(
             "leases {leases}: {} decisions, {:.0}/s, {scripts} scripts run by Redis, {per:.4} per decision",

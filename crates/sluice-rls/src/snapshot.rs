@@ -89,6 +89,7 @@ impl Snapshot {
                     shadow,
                     soft: false,
                     unit: None,
+                    lease: false,
                     concurrency: false,
                 });
                 policies.len() - 1

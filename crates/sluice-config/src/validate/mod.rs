@@ -99,6 +99,15 @@ pub(crate) fn validate(src: &Source<'_>, raw: RawConfig) -> Result<Config, Confi
              different keys and each instance grants the full limit",
         ));
     }
+    if let (StoreConfig::Memory { .. }, Some(i)) = (&store, policies.iter().position(|p| p.lease)) {
+        return Err(src.error(
+            Some(src.field_line(&spans[i], "lease")),
+            format!("policy[{i}].lease"),
+            "quota leases move a hot key's budget from a shared store into each instance: with the memory store \
+             every decision is in memory already; remove `lease`, or use `[store] kind = \"redis\"`"
+                .to_string(),
+        ));
+    }
     let misnamed = policies.iter().enumerate().find(|(_, p)| !sluice_store::is_key_name(&p.name));
     if let (StoreConfig::Redis { .. }, Some((i, p))) = (&store, misnamed) {
         return Err(src.error(

@@ -61,14 +61,18 @@ pub(super) fn policy(
         let policy = SlidingLog::new(max, lease).map_err(|e| err("lease", e.to_string()))?.into();
         let (shadow, soft) = enforcement(&p.enforce, p.shadow).map_err(|(f, m)| err(f, m))?;
         let unit = unit(p.unit).map_err(|m| err("unit", m))?.or_else(|| Some("concurrent-requests".into()));
-        return Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, concurrency: true });
+        return Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, lease: false, concurrency: true });
     }
     let Some(kind) = AlgorithmKind::parse(&p.algorithm) else {
         let known = ALGORITHM_NAMES.join(", ");
         return Err(err("algorithm", format!("unknown algorithm `{}` ({known}, concurrency)", p.algorithm)));
     };
+    if let Some(why) = p.lease.as_ref().and(not_leased(kind)) {
+        return Err(err("lease", why.into()));
+    }
     let allowed: &[&str] = match kind {
-        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow => &["limit", "window", "align", "timezone"],
+        AlgorithmKind::FixedWindow => &["limit", "window", "align", "timezone", "lease"],
+        AlgorithmKind::SlidingWindow => &["limit", "window", "align", "timezone"],
         AlgorithmKind::SlidingLog => &["limit", "window"],
         AlgorithmKind::TokenBucket => &["capacity", "refill_per_second"],
         AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay"],
@@ -149,7 +153,32 @@ pub(super) fn policy(
     };
     let (shadow, soft) = enforcement(&p.enforce, p.shadow).map_err(|(f, m)| err(f, m))?;
     let unit = unit(p.unit).map_err(|m| err("unit", m))?;
-    Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, concurrency: false })
+    let lease = match p.lease.as_deref() {
+        None | Some("off") => false,
+        Some("auto") => true,
+        Some(other) => {
+            return Err(err(
+                "lease",
+                format!("`{other}` is not `auto` (quota leases for hot keys) or `off` (every request to the store)"),
+            ));
+        }
+    };
+    Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, lease, concurrency: false })
+}
+
+/// Why an algorithm takes no quota leases (`lease = "auto"`); `None` for a fixed window.
+fn not_leased(kind: AlgorithmKind) -> Option<&'static str> {
+    match kind {
+        AlgorithmKind::FixedWindow => None,
+        AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket => Some(
+            "quota leases are built for fixed windows so far: a bucket refills while an instance holds its units, \
+             and leasing it exactly needs the store to keep leased units out of the refill (docs/src/scaling.md)",
+        ),
+        AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => Some(
+            "a sliding window cannot be leased exactly: units spent after they were leased would leave the window \
+             early, and the window would admit beyond its limit (docs/src/scaling.md)",
+        ),
+    }
 }
 
 /// The limit and windows of a fixed or sliding window that follows the calendar

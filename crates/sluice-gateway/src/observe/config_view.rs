@@ -112,7 +112,13 @@ pub fn config_json(c: &Config) -> Value {
                 "unhealthy_after": h.unhealthy_after,
             })),
         })).collect::<Vec<_>>(),
-        "policies": c.policies.iter().map(|p| policy_json(&PolicyInfo::of_config(p))).collect::<Vec<_>>(),
+        "policies": c.policies.iter().map(|p| {
+            let mut v = policy_json(&PolicyInfo::of_config(p));
+            if p.lease {
+                v["lease"] = json!("auto");
+            }
+            v
+        }).collect::<Vec<_>>(),
         "routes": c.routes.iter().map(|r| json!({
             "name": r.name,
             "path": r.path.to_string(),

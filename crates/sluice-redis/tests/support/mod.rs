@@ -117,6 +117,29 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Scripts this server has run (`EVALSHA` and `EVAL` calls, from `INFO commandstats`).
+    pub fn scripts_run(&self) -> u64 {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("redis-server answers");
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.write_all(b"INFO commandstats\r\n").unwrap();
+        let mut text = String::new();
+        let mut buf = [0u8; 8192];
+        // A bulk string, `$LEN` then the text: read until it is all there.
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+            let len: usize =
+                text.lines().next().and_then(|l| l.trim_start_matches('$').trim().parse().ok()).unwrap_or(0);
+            if n == 0 || text.len() >= len + 4 {
+                break;
+            }
+        }
+        text.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     fn pid(&self) -> String {
         self.child.as_ref().expect("the server runs").id().to_string()
     }
