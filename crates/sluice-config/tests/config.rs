@@ -232,34 +232,52 @@ fn redis_sentinel_names_the_primary_instead_of_urls() {
     let table = format!("{head}[store.sentinel]\nmaster = \"mymaster\"\n{sentinels}\n");
     assert!(matches!(parse("s.toml", &table).unwrap().store, StoreConfig::Redis { sentinel: Some(_), .. }));
 
-    // Mutually exclusive with the servers themselves: the file, the line and the field.
     let one = "sentinel = { master = \"m\", urls = [\"redis://10.0.0.5:26379\"] }\n";
-    let e = error_of(&format!("{head}url = \"redis://10.0.0.5:6379\"\n{one}"));
-    assert!(e.starts_with("bad.toml:7: store.sentinel: `url` is set too: give the Sentinels or the servers"), "{e}");
-    let e = error_of(&format!("{head}{one}urls = [\"redis://10.0.0.5:6379\"]\n"));
-    assert!(e.starts_with("bad.toml:6: store.sentinel: `urls` is set too"), "{e}");
-    let e = error_of(&format!("{head}{one}cluster = true\n"));
-    assert!(e.starts_with("bad.toml:6: store.sentinel: `cluster` is set too"), "{e}");
+    let differ = "urls = [\"redis://:pw@a:26379\", \"redis://b:26379\"]";
+    for (text, expected) in [
+        // Mutually exclusive with the servers themselves: the file, the line and the field.
+        (
+            format!("{head}url = \"redis://10.0.0.5:6379\"\n{one}"),
+            "bad.toml:7: store.sentinel: `url` is set too: give the Sentinels or the servers",
+        ),
+        (format!("{head}{one}urls = [\"redis://10.0.0.5:6379\"]\n"), "bad.toml:6: store.sentinel: `urls` is set too"),
+        (format!("{head}{one}cluster = true\n"), "bad.toml:6: store.sentinel: `cluster` is set too"),
+        // Its own fields.
+        (
+            format!("{head}sentinel = {{ urls = [\"redis://10.0.0.5:26379\"] }}\n"),
+            "bad.toml:6: store.sentinel.master: is required",
+        ),
+        (
+            format!("{head}sentinel = {{ master = \"my master\", urls = [\"redis://a:26379\"] }}\n"),
+            "bad.toml:6: store.sentinel.master: `my master` is not a name",
+        ),
+        (
+            format!("{head}[store.sentinel]\nmaster = \"m\"\nurls = []\n"),
+            "bad.toml:8: store.sentinel.urls: is required",
+        ),
+        (
+            format!("{head}[store.sentinel]\nmaster = \"m\"\nurls = [\"rediss://a:26379\"]\n"),
+            "bad.toml:8: store.sentinel.urls: `rediss://a:26379` must start with redis://",
+        ),
+        (
+            format!("{head}[store.sentinel]\nmaster = \"m\"\n{differ}\n"),
+            "bad.toml:8: store.sentinel.urls: every Sentinel URL must carry the same user",
+        ),
+        // Not for the memory store.
+        (
+            "[store]\nsentinel = { master = \"m\", urls = [\"redis://a:26379\"] }\n".to_string(),
+            "bad.toml:2: store.sentinel: applies only to kind = \"redis\"",
+        ),
+    ] {
+        let e = error_of(&text);
+        assert!(e.starts_with(expected), "{expected}: {e}");
+    }
     // Neither: the message names all three.
     let e = error_of(head);
     assert!(e.contains("store.url: kind = \"redis\" needs `url` (or `urls` for a cluster, or `sentinel`)"), "{e}");
-    // Its own fields.
-    let e = error_of(&format!("{head}sentinel = {{ urls = [\"redis://10.0.0.5:26379\"] }}\n"));
-    assert!(e.starts_with("bad.toml:6: store.sentinel.master: is required"), "{e}");
-    let e = error_of(&format!("{head}sentinel = {{ master = \"my master\", urls = [\"redis://a:26379\"] }}\n"));
-    assert!(e.starts_with("bad.toml:6: store.sentinel.master: `my master` is not a name"), "{e}");
-    let e = error_of(&format!("{head}[store.sentinel]\nmaster = \"m\"\nurls = []\n"));
-    assert!(e.starts_with("bad.toml:8: store.sentinel.urls: is required"), "{e}");
-    let e = error_of(&format!("{head}[store.sentinel]\nmaster = \"m\"\nurls = [\"rediss://a:26379\"]\n"));
-    assert!(e.starts_with("bad.toml:8: store.sentinel.urls: `rediss://a:26379` must start with redis://"), "{e}");
-    let differ = "urls = [\"redis://:pw@a:26379\", \"redis://b:26379\"]";
-    let e = error_of(&format!("{head}[store.sentinel]\nmaster = \"m\"\n{differ}\n"));
-    assert!(e.starts_with("bad.toml:8: store.sentinel.urls: every Sentinel URL must carry the same user"), "{e}");
+    // A field it does not have.
     let e = error_of(&format!("{head}sentinel = {{ master = \"m\", urls = [\"redis://a:26379\"], port = 1 }}\n"));
     assert!(e.contains("store.sentinel") && e.contains("unknown field `port`"), "{e}");
-    // Not for the memory store.
-    let e = error_of("[store]\nsentinel = { master = \"m\", urls = [\"redis://a:26379\"] }\n");
-    assert!(e.starts_with("bad.toml:2: store.sentinel: applies only to kind = \"redis\""), "{e}");
 }
 
 #[test]

@@ -9,124 +9,24 @@
 //! counted across the fault against that bound. Latencies and recovery times are measured and
 //! printed, never asserted.
 
+#[path = "support/hot_load.rs"]
+mod hot_load;
 mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_core::{Policy, TokenBucket};
+use hot_load::{CAPACITY, HotLoad, KEYS, RATE, SPREAD, Sample, stores};
 use sluice_redis::{BreakerOptions, OnError, RedisOptions, RedisStore, Source, key_slot};
-use sluice_store::{Check, KeyHasher, NamedPolicy, StoreError};
+use sluice_store::Check;
 use support::{RedisCluster, RedisServer};
 
 /// Six Redis processes per cluster: one cluster at a time.
 static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The hot key's bucket: 200 at once, 20 a second after that.
-const CAPACITY: u64 = 200;
-const RATE: f64 = 20.0;
-/// Each of the other keys: 5, refilled at a token per 1000 s.
-const SPREAD: u64 = 5;
-/// The other keys.
-const KEYS: u64 = 1_500;
-/// Concurrent request loops per store.
-const LOOPS: u64 = 4;
-
-fn policies() -> Vec<NamedPolicy> {
-    vec![
-        NamedPolicy { name: "hot".into(), policy: Policy::from(TokenBucket::new(CAPACITY, RATE).unwrap()) },
-        NamedPolicy { name: "spread".into(), policy: Policy::from(TokenBucket::new(SPREAD, 0.001).unwrap()) },
-    ]
-}
-
-fn hot() -> Check {
-    Check { policy: 0, key: KeyHasher::from_secret(b"faults").hash(&[b"hot"]), cost: 1 }
-}
-
-fn spread(n: u64) -> Check {
-    Check { policy: 1, key: KeyHasher::from_secret(b"faults").hash(&[b"spread", &n.to_le_bytes()]), cost: 1 }
-}
-
-/// Three stores on the cluster (or one server), as three sluice instances would have.
-fn stores(urls: Vec<String>, cluster: bool, mode: OnError) -> Vec<Arc<RedisStore>> {
-    (0..3)
-        .map(|_| {
-            let mut o = if cluster {
-                RedisOptions::cluster(urls.clone(), OnError::FailClosed)
-            } else {
-                RedisOptions::single(urls[0].clone(), OnError::FailClosed)
-            };
-            o.on_error = mode;
-            o.timeout = Duration::from_millis(250);
-            Arc::new(RedisStore::new(policies(), o).expect("valid options"))
-        })
-        .collect()
-}
-
-/// One decision as a caller saw it.
-#[derive(Debug, Clone)]
-struct Sample {
-    /// Which store decided.
-    store: usize,
-    /// `None`: the hot key; else the other key's number.
-    key: Option<u64>,
-    /// When it was asked and answered.
-    asked: Instant,
-    answered: Instant,
-    /// Admitted, and by what; or the error.
-    outcome: Result<(bool, Source), String>,
-}
-
-impl Sample {
-    fn admitted(&self) -> bool {
-        matches!(self.outcome, Ok((true, _)))
-    }
-
-    fn latency(&self) -> Duration {
-        self.answered - self.asked
-    }
-}
-
-/// Request loops on every store, alternating the hot key and the other keys, until `stop`.
-fn drive(stores: &[Arc<RedisStore>], stop: &Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<Vec<Sample>>> {
-    let mut tasks = Vec::new();
-    for (s, store) in stores.iter().enumerate() {
-        for l in 0..LOOPS {
-            let (store, stop) = (store.clone(), stop.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut samples = Vec::new();
-                let mut n = (s as u64 * LOOPS + l) * 7919;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let key = (n % 2 == 1).then_some(n / 2 % KEYS);
-                    let check = key.map_or_else(hot, spread);
-                    let asked = Instant::now();
-                    let outcome = store.decide_detailed(&[check], None).await;
-                    let answered = Instant::now();
-                    let outcome = outcome.map(|o| (o.verdict.allowed, o.source)).map_err(|e| match e {
-                        StoreError::Unavailable(_) | StoreError::Timeout(_) => e.to_string(),
-                        other => panic!("an error no fault explains: {other}"),
-                    });
-                    samples.push(Sample { store: s, key, asked, answered, outcome });
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                samples
-            }));
-        }
-    }
-    tasks
-}
-
-async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<Sample>>>) -> Vec<Sample> {
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all.sort_by_key(|s| s.answered);
-    all
-}
+/// The hot key and the other keys.
+const LOAD: HotLoad = HotLoad::new(b"faults");
 
 /// Checks that the hot key's admissions by `source` never exceed the bucket's bound, at any
 /// instant: those answered by then, against capacity + rate x (then - first request).
@@ -170,15 +70,14 @@ struct Cost {
 }
 
 fn cost(samples: &[Sample], fault: Instant, dead: &dyn Fn(Option<u64>) -> bool) -> Cost {
-    let failed = |s: &Sample| s.outcome.is_err() || matches!(s.outcome, Ok((_, Source::FailOpen | Source::Local)));
     let after: Vec<&Sample> = samples.iter().filter(|s| s.answered >= fault).collect();
-    let last = after.iter().filter(|s| failed(s)).map(|s| s.answered).max().unwrap_or(fault);
+    let last = after.iter().filter(|s| s.failed()).map(|s| s.answered).max().unwrap_or(fault);
     let during: Vec<&&Sample> = after.iter().filter(|s| s.asked <= last).collect();
     Cost {
         recovered_after: last - fault,
         worst: during.iter().map(|s| s.latency()).max().unwrap_or_default(),
-        failure_path: after.iter().filter(|s| failed(s)).count(),
-        healthy_refused: after.iter().filter(|s| failed(s) && !dead(s.key)).count(),
+        failure_path: after.iter().filter(|s| s.failed()).count(),
+        healthy_refused: after.iter().filter(|s| s.failed() && !dead(s.key)).count(),
     }
 }
 
@@ -202,29 +101,25 @@ fn slot_of(store: &RedisStore, check: &Check) -> u16 {
 /// predicate for the keys the dead primary served.
 async fn kill_the_hot_primary(mode: OnError) -> (Vec<Sample>, Instant, Box<dyn Fn(Option<u64>) -> bool>) {
     let mut cluster = RedisCluster::start_with_replicas();
-    let stores = stores(cluster.urls(), true, mode);
-    let hot_slot = slot_of(&stores[0], &hot());
+    let stores = stores(RedisOptions::cluster(cluster.urls(), OnError::FailClosed), mode);
+    let hot_slot = slot_of(&stores[0], &LOAD.hot());
     let primary = cluster.index_of_slot(hot_slot);
     let replica = cluster.replica_of(primary);
     let dead_port = cluster.nodes[primary].port;
     // Which other keys live on the dead primary (their slots move with it).
     let owners = cluster.slot_map();
     let on_primary: Vec<bool> =
-        (0..KEYS).map(|k| owners[usize::from(slot_of(&stores[0], &spread(k)))] == primary).collect();
+        (0..KEYS).map(|k| owners[usize::from(slot_of(&stores[0], &LOAD.spread(k)))] == primary).collect();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks = drive(&stores, &stop);
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let fault = Instant::now();
-    cluster.nodes[primary].kill();
-    let promoted = tokio::task::block_in_place(|| cluster.wait_moved(hot_slot, dead_port, Duration::from_secs(30)));
-    assert_eq!(promoted, replica, "the dead primary's replica took its slots");
-    println!("{mode}: the replica was promoted {:.2} s after the kill", fault.elapsed().as_secs_f64());
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let samples = collect(tasks).await;
+    let kill = || {
+        cluster.nodes[primary].kill();
+        cluster.wait_moved(hot_slot, dead_port, Duration::from_secs(30))
+    };
+    let load = LOAD.under_load(&stores, Duration::from_millis(800), kill, Duration::from_millis(2_500)).await;
+    assert_eq!(load.result, replica, "the dead primary's replica took its slots");
+    println!("{mode}: the replica was promoted {:.2} s after the kill", (load.ended - load.began).as_secs_f64());
     let dead = Box::new(move |key: Option<u64>| key.is_none_or(|k| on_primary[k as usize]));
-    (samples, fault, dead)
+    (load.samples, load.began, dead)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,15 +177,8 @@ async fn local_a_killed_primary_is_replaced_by_each_instances_own_limit() {
 /// Runs the load for a while, does `change` (blocking) halfway, and returns the samples and
 /// when the change began and ended.
 async fn under_load(stores: &[Arc<RedisStore>], change: impl FnOnce()) -> (Vec<Sample>, Instant, Instant) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks = drive(stores, &stop);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let began = Instant::now();
-    tokio::task::block_in_place(change);
-    let ended = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    stop.store(true, Ordering::Relaxed);
-    (collect(tasks).await, began, ended)
+    let load = LOAD.under_load(stores, Duration::from_millis(600), change, Duration::from_millis(1_000)).await;
+    (load.samples, load.began, load.ended)
 }
 
 fn print_worst(what: &str, samples: &[Sample], from: Instant, failed: usize) {
@@ -306,8 +194,8 @@ fn print_worst(what: &str, samples: &[Sample], from: Instant, failed: usize) {
 async fn a_planned_failover_surfaces_no_error_and_a_moving_slot_only_redirects_and_their_breaker() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = RedisCluster::start_with_replicas();
-    let stores = stores(cluster.urls(), true, OnError::FailClosed);
-    let hot_slot = slot_of(&stores[0], &hot());
+    let stores = stores(RedisOptions::cluster(cluster.urls(), OnError::FailClosed), OnError::FailClosed);
+    let hot_slot = slot_of(&stores[0], &LOAD.hot());
 
     // CLUSTER FAILOVER on the hot primary's replica: the primary stops writes, the replica
     // catches up and takes over; clients follow MOVED. Not one decision fails.
@@ -383,11 +271,11 @@ fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_redis_restarted_without_its_data_grants_a_fresh_quota() {
     let mut server = RedisServer::start();
-    let stores = stores(vec![server.url()], false, OnError::FailClosed);
+    let stores = stores(RedisOptions::single(server.url(), OnError::FailClosed), OnError::FailClosed);
     let store = &stores[0];
     let decide = |check: Check| async move { store.decide_detailed(&[check], None).await };
     // Spend one key fully and another partly.
-    let (spent, partly) = (spread(1), spread(2));
+    let (spent, partly) = (LOAD.spread(1), LOAD.spread(2));
     for _ in 0..SPREAD {
         assert!(decide(spent).await.unwrap().verdict.allowed);
     }

@@ -12,16 +12,17 @@
 //! excess over its bound) and allow the hot key an excess of at most its admissions answered
 //! around the failover. Figures are printed, never asserted as timings.
 
+#[path = "support/hot_load.rs"]
+mod hot_load;
 mod support;
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_core::{FixedWindow, NANOS_PER_SEC, Policy, TokenBucket};
+use hot_load::{CAPACITY, HotLoad, RATE, SPREAD, Sample, policies, stores};
+use sluice_core::{FixedWindow, NANOS_PER_SEC, Policy};
 use sluice_redis::{OnError, RedisOptions, RedisStore, Source};
-use sluice_store::{Check, KeyHasher, NamedPolicy, StoreError};
+use sluice_store::{Check, KeyHasher, NamedPolicy};
 use support::SentinelSet;
 
 /// Five Redis processes per set, and failovers timed under load: one set at a time.
@@ -30,38 +31,10 @@ static ONE_SET_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new
 /// How long a Sentinel waits for an answer before it calls the primary down.
 const DOWN_AFTER_MS: u64 = 1_000;
 
-/// The hot key's bucket: 200 at once, 20 a second after that.
-const CAPACITY: u64 = 200;
-const RATE: f64 = 20.0;
-/// Each of the other keys: 5, refilled at a token per 1000 s.
-const SPREAD: u64 = 5;
-const KEYS: u64 = 1_500;
-/// Concurrent request loops per store.
-const LOOPS: u64 = 4;
+/// The hot key and the other keys.
+const LOAD: HotLoad = HotLoad::new(b"sentinel");
 /// Admissions answered this long before the kill may not have reached the replica.
 const REPLICATION_WINDOW: Duration = Duration::from_millis(100);
-
-fn policies() -> Vec<NamedPolicy> {
-    vec![
-        NamedPolicy { name: "hot".into(), policy: Policy::from(TokenBucket::new(CAPACITY, RATE).unwrap()) },
-        NamedPolicy { name: "spread".into(), policy: Policy::from(TokenBucket::new(SPREAD, 0.001).unwrap()) },
-    ]
-}
-
-fn hot() -> Check {
-    Check { policy: 0, key: KeyHasher::from_secret(b"sentinel").hash(&[b"hot"]), cost: 1 }
-}
-
-fn spread(n: u64) -> Check {
-    Check { policy: 1, key: KeyHasher::from_secret(b"sentinel").hash(&[b"spread", &n.to_le_bytes()]), cost: 1 }
-}
-
-fn options(set: &SentinelSet, mode: OnError) -> RedisOptions {
-    let mut o = RedisOptions::sentinel(SentinelSet::MASTER, set.urls(), OnError::FailClosed);
-    o.on_error = mode;
-    o.timeout = Duration::from_millis(250);
-    o
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_finds_the_primary_through_the_sentinels_decides_there_and_follows_a_planned_failover() {
@@ -100,7 +73,7 @@ async fn the_store_finds_the_primary_through_the_sentinels_decides_there_and_fol
     let mut wrong = o.clone();
     wrong.sentinel = Some("not-monitored".into());
     let wrong = RedisStore::new(policies(), wrong).unwrap();
-    let e = wrong.decide_detailed(&[hot()], None).await.unwrap_err().to_string();
+    let e = wrong.decide_detailed(&[LOAD.hot()], None).await.unwrap_err().to_string();
     assert!(e.contains("monitors no primary named \"not-monitored\""), "{e}");
 
     // A planned failover: the Sentinels promote the replica; the old primary stays up, and a
@@ -140,56 +113,6 @@ async fn the_store_finds_the_primary_through_the_sentinels_decides_there_and_fol
     assert!(!fourth.verdict.allowed, "the window's count carried over to the new primary");
 }
 
-/// One decision as a caller saw it.
-#[derive(Debug, Clone)]
-struct Sample {
-    store: usize,
-    /// `None`: the hot key; else the other key's number.
-    key: Option<u64>,
-    asked: Instant,
-    answered: Instant,
-    outcome: Result<(bool, Source), String>,
-}
-
-impl Sample {
-    fn failed(&self) -> bool {
-        self.outcome.is_err() || matches!(self.outcome, Ok((_, Source::FailOpen | Source::Local)))
-    }
-
-    fn by_redis(&self) -> bool {
-        matches!(self.outcome, Ok((_, Source::Redis)))
-    }
-}
-
-/// Request loops on every store, alternating the hot key and the other keys, until `stop`.
-fn drive(stores: &[Arc<RedisStore>], stop: &Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<Vec<Sample>>> {
-    let mut tasks = Vec::new();
-    for (s, store) in stores.iter().enumerate() {
-        for l in 0..LOOPS {
-            let (store, stop) = (store.clone(), stop.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut samples = Vec::new();
-                let mut n = (s as u64 * LOOPS + l) * 7919;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let key = (n % 2 == 1).then_some(n / 2 % KEYS);
-                    let asked = Instant::now();
-                    let outcome = store.decide_detailed(&[key.map_or_else(hot, spread)], None).await;
-                    let answered = Instant::now();
-                    let outcome = outcome.map(|o| (o.verdict.allowed, o.source)).map_err(|e| match e {
-                        StoreError::Unavailable(_) | StoreError::Timeout(_) => e.to_string(),
-                        other => panic!("an error no fault explains: {other}"),
-                    });
-                    samples.push(Sample { store: s, key, asked, answered, outcome });
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                samples
-            }));
-        }
-    }
-    tasks
-}
-
 /// The hot key's admissions by Redis against the bucket's bound at every instant: the largest
 /// excess over capacity + rate x (then - first request), 0 when always within.
 fn hot_excess(samples: &[Sample]) -> u64 {
@@ -204,29 +127,28 @@ fn hot_excess(samples: &[Sample]) -> u64 {
     excess
 }
 
-/// The other keys admitted by Redis beyond their capacity, in all.
-fn spread_excess(samples: &[Sample]) -> u64 {
+/// The other keys' admissions by Redis, per key.
+fn spread_admitted(samples: &[Sample]) -> HashMap<u64, u64> {
     let mut per_key: HashMap<u64, u64> = HashMap::new();
     for s in samples {
         if let (Some(k), Ok((true, Source::Redis))) = (s.key, &s.outcome) {
             *per_key.entry(k).or_default() += 1;
         }
     }
-    per_key.values().map(|n| n.saturating_sub(SPREAD)).sum()
+    per_key
+}
+
+/// The other keys admitted by Redis beyond their capacity, in all.
+fn spread_excess(samples: &[Sample]) -> u64 {
+    spread_admitted(samples).values().map(|n| n.saturating_sub(SPREAD)).sum()
 }
 
 /// Of the other keys' admissions by Redis, those the primary at the end does not count: writes
 /// lost in the failover (its state read with `peek`, which charges nothing).
 async fn lost_writes(store: &RedisStore, samples: &[Sample]) -> u64 {
-    let mut admitted: HashMap<u64, u64> = HashMap::new();
-    for s in samples {
-        if let (Some(k), Ok((true, Source::Redis))) = (s.key, &s.outcome) {
-            *admitted.entry(k).or_default() += 1;
-        }
-    }
     let mut lost = 0;
-    for (&k, &n) in &admitted {
-        let d = &store.peek_checks(&[spread(k)], None).await.expect("peek on the new primary").decisions[0];
+    for (k, n) in spread_admitted(samples) {
+        let d = &store.peek_checks(&[LOAD.spread(k)], None).await.expect("peek on the new primary").decisions[0];
         // Its bucket refills a token per 1000 s: what it holds is what was not spent.
         let counted = if d.allowed { SPREAD - 1 - d.remaining } else { SPREAD };
         lost += n.saturating_sub(counted);
@@ -251,36 +173,41 @@ struct Failover {
     promoted_after: Duration,
     /// The other keys' admissions the new primary does not count.
     lost: u64,
+    /// From the fault to the last failed decision.
+    recovered_after: Duration,
+    /// The hot key's admissions that may have been lost (see [`report`]).
+    allowance: u64,
 }
 
-/// Three stores under load; `fault` at 0.8 s; then until the Sentinels name the replica, and
-/// 2.5 s more.
-async fn failover_under_load(mode: OnError, fault: Fault) -> Failover {
+/// Three stores under load (one set at a time); `fault` at 0.8 s; then until the Sentinels name
+/// the replica, and 2.5 s more. What callers saw is printed as `what`.
+async fn failover_under_load(what: &str, mode: OnError, fault: Fault) -> Failover {
+    let _one = ONE_SET_AT_A_TIME.lock().await;
     let mut set = SentinelSet::start(DOWN_AFTER_MS, None);
-    let stores: Vec<Arc<RedisStore>> =
-        (0..3).map(|_| Arc::new(RedisStore::new(policies(), options(&set, mode)).expect("valid options"))).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks = drive(&stores, &stop);
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let at = Instant::now();
-    match fault {
-        Fault::Kill => set.nodes[0].kill(),
-        Fault::Planned => {
-            assert_eq!(set.cli(set.sentinels[0].port, &["sentinel", "failover", SentinelSet::MASTER]), "OK")
+    let stores = stores(RedisOptions::sentinel(SentinelSet::MASTER, set.urls(), OnError::FailClosed), mode);
+    let change = || {
+        match fault {
+            Fault::Kill => set.nodes[0].kill(),
+            Fault::Planned => {
+                assert_eq!(set.cli(set.sentinels[0].port, &["sentinel", "failover", SentinelSet::MASTER]), "OK")
+            }
         }
-    }
-    let promoted = tokio::task::block_in_place(|| set.wait_failover(set.nodes[0].port, Duration::from_secs(30)));
-    assert_eq!(promoted, 1, "the replica was promoted");
-    let promoted_after = at.elapsed();
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut samples = Vec::new();
-    for t in tasks {
-        samples.extend(t.await.unwrap());
-    }
-    samples.sort_by_key(|s| s.answered);
-    let lost = lost_writes(&stores[0], &samples).await;
-    Failover { samples, fault: at, promoted_after, lost }
+        set.wait_failover(set.nodes[0].port, Duration::from_secs(30))
+    };
+    let load = LOAD.under_load(&stores, Duration::from_millis(800), change, Duration::from_millis(2_500)).await;
+    assert_eq!(load.result, 1, "the replica was promoted");
+    let lost = lost_writes(&stores[0], &load.samples).await;
+    let promoted_after = load.ended - load.began;
+    let mut f = Failover {
+        samples: load.samples,
+        fault: load.began,
+        promoted_after,
+        lost,
+        recovered_after: Duration::ZERO,
+        allowance: 0,
+    };
+    (f.recovered_after, f.allowance) = report(what, &f);
+    f
 }
 
 /// What callers saw, printed. Returns the time from the fault to the last failed decision, and
@@ -292,7 +219,7 @@ fn report(what: &str, f: &Failover) -> (Duration, u64) {
     let failed: Vec<&&Sample> = after.iter().filter(|s| s.failed()).collect();
     let last_failed = failed.iter().map(|s| s.answered).max().map_or(Duration::ZERO, |t| t - f.fault);
     let errors = failed.iter().filter(|s| s.outcome.is_err()).count();
-    let worst = after.iter().map(|s| s.answered - s.asked).max().unwrap_or_default();
+    let worst = after.iter().map(|s| s.latency()).max().unwrap_or_default();
     // After a kill, every decision by Redis is the new primary's.
     let first_by_redis: Vec<String> = (0..3)
         .map(|store| {
@@ -335,54 +262,46 @@ fn report(what: &str, f: &Failover) -> (Duration, u64) {
     (last_failed, allowance)
 }
 
-/// Every store decides on the new primary after `recovered_after`, none failing.
-fn assert_recovered(f: &Failover, recovered_after: Duration) {
-    let tail: Vec<&Sample> = f.samples.iter().filter(|s| s.asked > f.fault + recovered_after).collect();
+/// Every store decides on the new primary after the last failed decision, none failing; and
+/// nothing passed beyond a limit but what asynchronous replication lost: the hot key over its
+/// bound by at most its allowance, the other keys over their capacity by at most the writes lost.
+fn assert_followed_within_what_was_lost(f: &Failover) {
+    let tail: Vec<&Sample> = f.samples.iter().filter(|s| s.asked > f.fault + f.recovered_after).collect();
     assert!(tail.len() > 100 && tail.iter().all(|s| !s.failed()), "{} decisions after recovery", tail.len());
     for store in 0..3 {
         assert!(tail.iter().any(|s| s.store == store && s.by_redis()), "store {store} decides on the new primary");
     }
-    assert!(tail.iter().any(|s| s.key.is_none() && matches!(s.outcome, Ok((true, _)))), "the hot key is admitted");
+    assert!(tail.iter().any(|s| s.key.is_none() && s.admitted()), "the hot key is admitted");
+    assert!(hot_excess(&f.samples) <= f.allowance, "Redis over-admitted beyond the writes the failover may have lost");
+    assert!(spread_excess(&f.samples) <= f.lost, "an idle key over its capacity by more than the writes lost");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_closed_a_killed_primary_is_followed_to_the_promoted_replica() {
-    let _one = ONE_SET_AT_A_TIME.lock().await;
-    let f = failover_under_load(OnError::FailClosed, Fault::Kill).await;
-    let (recovered_after, allowance) = report("fail-closed, primary killed", &f);
+    let f = failover_under_load("fail-closed, primary killed", OnError::FailClosed, Fault::Kill).await;
     let samples = &f.samples;
     assert!(samples.iter().all(|s| matches!(s.outcome, Ok((_, Source::Redis | Source::DenyCache)) | Err(_))));
     assert!(samples.iter().filter(|s| s.answered < f.fault).all(|s| s.outcome.is_ok()), "failures before the kill");
     assert!(samples.iter().any(|s| s.answered >= f.fault && s.outcome.is_err()), "the kill was noticed");
-    // The stores decide again on the new primary on their own.
-    assert_recovered(&f, recovered_after);
-    // Nothing passes beyond a limit but what asynchronous replication lost.
-    assert!(hot_excess(samples) <= allowance, "over-admitted beyond the writes the failover may have lost");
-    assert!(spread_excess(samples) <= f.lost, "an idle key over its capacity by more than the writes lost");
+    // The stores decide again on the new primary on their own, and nothing passes beyond a
+    // limit but what asynchronous replication lost.
+    assert_followed_within_what_was_lost(&f);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_open_a_killed_primary_admits_undecided_until_the_stores_find_the_promoted_replica() {
-    let _one = ONE_SET_AT_A_TIME.lock().await;
-    let f = failover_under_load(OnError::FailOpen, Fault::Kill).await;
-    let (recovered_after, allowance) = report("fail-open, primary killed", &f);
+    let f = failover_under_load("fail-open, primary killed", OnError::FailOpen, Fault::Kill).await;
     let samples = &f.samples;
     assert!(samples.iter().all(|s| s.outcome.is_ok()), "fail-open surfaced an error");
     let open: Vec<&Sample> = samples.iter().filter(|s| matches!(s.outcome, Ok((_, Source::FailOpen)))).collect();
-    assert!(!open.is_empty() && open.iter().all(|s| matches!(s.outcome, Ok((true, _))) && s.answered >= f.fault));
-    assert_recovered(&f, recovered_after);
-    assert!(hot_excess(samples) <= allowance, "Redis over-admitted beyond the writes the failover may have lost");
-    assert!(spread_excess(samples) <= f.lost, "an idle key over its capacity by more than the writes lost");
+    assert!(!open.is_empty() && open.iter().all(|s| s.admitted() && s.answered >= f.fault));
+    assert_followed_within_what_was_lost(&f);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_closed_a_planned_failover_is_followed_while_the_old_primary_still_answers() {
-    let _one = ONE_SET_AT_A_TIME.lock().await;
-    let f = failover_under_load(OnError::FailClosed, Fault::Planned).await;
-    let (recovered_after, allowance) = report("fail-closed, SENTINEL FAILOVER", &f);
+    let f = failover_under_load("fail-closed, SENTINEL FAILOVER", OnError::FailClosed, Fault::Planned).await;
     // The old primary keeps answering: the stores move when the Sentinels name the new one,
     // not because a call failed.
-    assert_recovered(&f, recovered_after);
-    assert!(hot_excess(&f.samples) <= allowance, "over-admitted beyond the writes the failover may have lost");
-    assert!(spread_excess(&f.samples) <= f.lost, "an idle key over its capacity by more than the writes lost");
+    assert_followed_within_what_was_lost(&f);
 }
