@@ -46,6 +46,7 @@ fn scrape(h: &Harness, store: &'static str) -> String {
         keys: Vec::new(),
         breaker_open: None,
         deny_cache_hits: None,
+        leases: None,
     };
     h.observer.metrics().render(scrape)
 }

@@ -50,8 +50,8 @@ use sluice_core::{Clock, Decision, NANOS_PER_SEC, Nanos, Policy};
 
 use crate::key::KeyHash;
 use crate::store::{
-    Check, KeyStats, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store, StoreError, StoreFuture,
-    Verdict,
+    Check, KeyStats, LeaseStats, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store, StoreError,
+    StoreFuture, Verdict,
 };
 
 /// When keys take leases, and how large.
@@ -401,6 +401,14 @@ impl Store for LeasedStore {
 
     fn deny_cache_hits(&self) -> Option<u64> {
         self.inner.deny_cache_hits()
+    }
+
+    fn lease_stats(&self) -> Option<LeaseStats> {
+        Some(LeaseStats {
+            admitted_locally: self.admitted_locally(),
+            store_calls: self.store_calls(),
+            held: self.held(),
+        })
     }
 
     fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {

@@ -106,6 +106,17 @@ pub struct Settle {
     pub actual: u64,
 }
 
+/// What an instance's quota leases did, read when metrics are scraped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseStats {
+    /// Requests admitted from leases, without the shared store.
+    pub admitted_locally: u64,
+    /// Calls made to the shared store: decisions, leases taken, units given back.
+    pub store_calls: u64,
+    /// Units held now, unspent, by live leases.
+    pub held: u64,
+}
+
 /// Why a store could not decide.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum StoreError {
@@ -300,6 +311,11 @@ pub trait Store: Send + Sync {
     /// Requests denied from a local deny cache without asking the shared store; `None` when it
     /// has none.
     fn deny_cache_hits(&self) -> Option<u64> {
+        None
+    }
+
+    /// What quota leases did ([`crate::LeasedStore`]); `None` for a store without them.
+    fn lease_stats(&self) -> Option<LeaseStats> {
         None
     }
 

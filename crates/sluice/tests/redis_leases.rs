@@ -26,6 +26,9 @@ fn config(redis: &str, limit: u64, lease: &str) -> String {
 listen = "127.0.0.1:0"
 key_secret = "shared-by-every-instance-0123456789"
 
+[admin]
+listen = "127.0.0.1:0"
+
 [store]
 kind = "redis"
 url = "{redis}"
@@ -83,9 +86,17 @@ fn load(
     })
 }
 
-/// Two gateways with `limit` and `lease`, loaded for `seconds`: (requests, 200s, scripts Redis
-/// ran meanwhile), inside one hour-long window.
-fn run(limit: u64, lease: &str, millis: u64) -> (u64, u64, u64) {
+/// What a run saw: requests, 200s, scripts Redis ran meanwhile, and the requests the gateways
+/// say they admitted from leases (`sluice_lease_admissions_total`, summed).
+struct Run {
+    sent: u64,
+    admitted: u64,
+    scripts: u64,
+    from_leases: f64,
+}
+
+/// Two gateways with `limit` and `lease`, loaded for `millis`, inside one hour-long window.
+fn run(limit: u64, lease: &str, millis: u64) -> Run {
     loop {
         let redis = RedisServer::start();
         let dir = TempDir::new("redis-leases");
@@ -94,7 +105,7 @@ fn run(limit: u64, lease: &str, millis: u64) -> (u64, u64, u64) {
         let hour = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() / 3600;
         let started_in = hour();
         let before = redis.scripts_run();
-        let (stop, sent, admitted) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::default());
+        let (stop, sent, admitted) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::<AtomicU64>::default());
         let threads: Vec<_> = gateways
             .iter()
             .flat_map(|g| (0..CLIENTS).map(|_| load(g.port, stop.clone(), Arc::clone(&sent), Arc::clone(&admitted))))
@@ -107,14 +118,17 @@ fn run(limit: u64, lease: &str, millis: u64) -> (u64, u64, u64) {
             continue;
         }
         let scripts = redis.scripts_run() - before;
-        return (sent.load(Ordering::Relaxed), admitted.load(Ordering::Relaxed), scripts);
+        let from_leases =
+            gateways.iter().map(|g| support::raw::metric_sum(g.admin(), "sluice_lease_admissions_total")).sum();
+        let (sent, admitted) = (sent.load(Ordering::Relaxed), admitted.load(Ordering::Relaxed));
+        return Run { sent, admitted, scripts, from_leases };
     }
 }
 
 #[test]
 fn two_gateways_leasing_one_hot_key_admit_no_more_than_its_limit() {
     const LIMIT: u64 = 2_000;
-    let (sent, admitted, scripts) = run(LIMIT, "auto", 2_500);
+    let Run { sent, admitted, scripts, .. } = run(LIMIT, "auto", 2_500);
     println!("lease auto, limit {LIMIT}: {sent} requests, {admitted} admitted, {scripts} scripts");
     assert!(sent > LIMIT * 2, "the load must exceed the limit: {sent} requests");
     assert!(admitted <= LIMIT, "{admitted} admitted between the two, the limit is {LIMIT}");
@@ -125,12 +139,16 @@ fn two_gateways_leasing_one_hot_key_admit_no_more_than_its_limit() {
 #[test]
 fn leases_spare_redis_a_script_a_request() {
     const NEVER: u64 = 100_000_000;
-    let (off_sent, off_admitted, off_scripts) = run(NEVER, "off", 1_500);
-    let (on_sent, on_admitted, on_scripts) = run(NEVER, "auto", 1_500);
+    let off = run(NEVER, "off", 1_500);
+    let on = run(NEVER, "auto", 1_500);
     println!(
-        "lease off: {off_sent} requests, {off_scripts} scripts; lease auto: {on_sent} requests, {on_scripts} scripts"
+        "lease off: {} requests, {} scripts; lease auto: {} requests, {} scripts, {} from leases",
+        off.sent, off.scripts, on.sent, on.scripts, on.from_leases
     );
-    assert_eq!((off_admitted, on_admitted), (off_sent, on_sent), "a limit never reached admits all");
-    assert!(off_scripts >= off_sent, "without leases a script a request: {off_scripts} for {off_sent}");
-    assert!(on_scripts * 10 <= on_sent, "with leases: {on_scripts} scripts for {on_sent} requests");
+    assert_eq!((off.admitted, on.admitted), (off.sent, on.sent), "a limit never reached admits all");
+    assert!(off.scripts >= off.sent, "without leases a script a request: {} for {}", off.scripts, off.sent);
+    assert!(on.scripts * 10 <= on.sent, "with leases: {} scripts for {} requests", on.scripts, on.sent);
+    // The gateways' own count says the same: most admissions came from leases; none without.
+    assert_eq!(off.from_leases, 0.0);
+    assert!(on.from_leases >= on.sent as f64 * 0.9 - 1.0, "{} of {} from leases", on.from_leases, on.sent);
 }

@@ -573,6 +573,8 @@ pub struct Scrape {
     pub breaker_open: Option<bool>,
     /// Requests denied from the local deny cache (Redis store).
     pub deny_cache_hits: Option<u64>,
+    /// What quota leases did (`lease = "auto"` on a Redis store).
+    pub leases: Option<sluice_store::LeaseStats>,
 }
 
 impl Scrape {
@@ -586,6 +588,7 @@ impl Scrape {
             keys: store.key_stats(),
             breaker_open: store.breaker_open(),
             deny_cache_hits: store.deny_cache_hits(),
+            leases: store.lease_stats(),
         }
     }
 
@@ -660,6 +663,29 @@ impl Collector for Scrape {
             )?;
             ConstCounter::new(hits).encode(e.encode_family(&store)?)?;
         }
+        if let Some(l) = self.leases {
+            let mut e = encoder.encode_descriptor(
+                "sluice_lease_admissions",
+                "Requests admitted from quota leases, without a store round trip.",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(l.admitted_locally).encode(e.encode_family(&store)?)?;
+            let mut e = encoder.encode_descriptor(
+                "sluice_lease_store_calls",
+                "Calls a store with quota leases made to the shared store: decisions, leases taken, units given back.",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(l.store_calls).encode(e.encode_family(&store)?)?;
+            let mut e = encoder.encode_descriptor(
+                "sluice_lease_units_held",
+                "Units held unspent by this instance's live quota leases: counted by the store, admitted by no one yet.",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(i64::try_from(l.held).unwrap_or(i64::MAX)).encode(e.encode_family(&store)?)?;
+        }
         Ok(())
     }
 }
@@ -678,6 +704,7 @@ mod tests {
             keys: vec![KeyStats { policy: "p".into(), keys: 1, evicted_fresh: 0, evicted_lru: 0 }],
             breaker_open: Some(false),
             deny_cache_hits: Some(0),
+            leases: Some(sluice_store::LeaseStats::default()),
         };
         let text = Metrics::new().render(scrape);
         let helps: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP ")).collect();

@@ -22,7 +22,7 @@
 //! observer.reloaded(&Err(sluice_gateway::error::GatewayError::NeedsRestart("server.listen")));
 //! let text = observer.metrics().render(Scrape {
 //!     in_flight: 0, max_in_flight: Some(100), store: "memory", ready: true, keys: vec![], breaker_open: None,
-//!     deny_cache_hits: None,
+//!     deny_cache_hits: None, leases: None,
 //! });
 //! assert!(text.contains("sluice_config_reloads_total{result=\"refused\"} 1"));
 //! assert!(text.contains("sluice_max_in_flight 100"));
