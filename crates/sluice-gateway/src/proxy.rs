@@ -233,7 +233,7 @@ impl Upstream {
                 let (mut parts, body) = res.into_parts();
                 // The client spoke HTTP/1.1 to sluice, whatever the upstream spoke to sluice.
                 parts.version = http::Version::HTTP_11;
-                Ok(Response::from_parts(parts, Either::Right(Metered::new(body))))
+                Ok(Response::from_parts(parts, Either::Right(Box::new(Metered::new(body)))))
             }
             Err(SendError::Timeout) => Err(Failure {
                 kind: FailureKind::Timeout,
