@@ -733,6 +733,13 @@ impl Loosen {
 }
 
 impl Config {
+    /// Per policy, by index: whether an instance takes quota leases of its keys (`lease =
+    /// "auto"`; validation allows it only on fixed windows over Redis). The gateway's stores and
+    /// the simulator's instances both lease by it.
+    pub fn leased_policies(&self) -> Vec<bool> {
+        self.policies.iter().map(|p| p.lease).collect()
+    }
+
     /// True when requests no route matches are let through unlimited — proxied to the upstream,
     /// or answered `unlimited` to a forward-auth proxy — because no route catches them all: a
     /// `/*` route for every method with a limit that is enforced (not shadow). A new path on the

@@ -382,7 +382,7 @@ impl StoreBuilder for RedisStores {
         drop(current);
         // Quota leases for the policies that ask (`lease = "auto"`): a reload starts them
         // afresh (the units the last configuration's leases held come back with their window).
-        let leased: Vec<bool> = config.policies.iter().map(|p| p.lease).collect();
+        let leased = config.leased_policies();
         let decides: Arc<dyn Store> = if leased.contains(&true) {
             let clock = Arc::new(SystemClock::new());
             Arc::new(LeasedStore::new(store.clone(), leased, LeaseOptions::default(), clock))

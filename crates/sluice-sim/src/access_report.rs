@@ -9,6 +9,7 @@ use sluice_core::{Nanos, format_duration};
 
 use crate::access_run::{AccessResults, LimitResults, RouteResults, Span};
 use crate::heavy_hitters::HeavyHitter;
+use crate::instances::InstancesReport;
 use crate::log_time::format_rfc3339;
 use crate::report::{aligned, csv_field};
 
@@ -190,6 +191,10 @@ pub struct AccessReport {
     pub routes: Vec<RouteRow>,
     /// What the simulation could not do as the gateway would.
     pub warnings: Vec<String>,
+    /// With several instances (`--instances`): their prediction against one exact limiter
+    /// (the rest of the report is the instances' run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instances: Option<InstancesReport>,
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -282,6 +287,7 @@ impl AccessReport {
             },
             routes: results.routes.iter().map(route_row).collect(),
             warnings: info.warnings.clone(),
+            instances: None,
         }
     }
 
@@ -464,6 +470,9 @@ impl AccessReport {
                     );
                 }
             }
+        }
+        if let Some(instances) = &self.instances {
+            s.push_str(&instances.to_table());
         }
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {w}");

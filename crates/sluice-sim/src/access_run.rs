@@ -418,6 +418,21 @@ pub fn run_access_log(
     judge: &mut dyn Judge,
     sink: &mut dyn LogSink,
 ) -> Result<AccessResults, AccessError> {
+    run_access_logs(std::slice::from_mut(source), format, routes, options, judge, sink)
+}
+
+/// [`run_access_log`] over several logs of the same format at once (one per gateway instance,
+/// say), merged by time: the next request decided is the earliest of the next request of each
+/// log, then put back in time order within the reorder window as with one log. Each request
+/// says which log it came from ([`LogRequest::source`]); line numbers count within each log.
+pub fn run_access_logs(
+    sources: &mut [LogSource],
+    format: &LogFormat,
+    routes: Vec<RouteInfo>,
+    options: &AccessOptions,
+    judge: &mut dyn Judge,
+    sink: &mut dyn LogSink,
+) -> Result<AccessResults, AccessError> {
     let routes = routes
         .into_iter()
         .map(|info| RouteResults {
@@ -458,30 +473,18 @@ pub fn run_access_log(
     };
     let mut c = Counter { results, judge, sink, now: None };
     let mut window = Reorder::new(options.reorder_window);
+    // The next request of each log, read ahead (`None` once the log is read to its end).
+    let mut heads: Vec<Option<LogRequest>> = Vec::with_capacity(sources.len());
+    for i in 0..sources.len() {
+        let head = next_request(sources, i, format, &mut c, &mut window)?;
+        heads.push(head);
+    }
     loop {
-        let mut r = window.spare();
-        let number = {
-            let Some(line) = source.next_line().map_err(AccessError::Read)? else {
-                window.recycle(r);
-                break;
-            };
-            match line.bytes.and_then(|bytes| format.parse(bytes, &mut r)) {
-                Ok(()) => Some(line.number),
-                Err(e) => {
-                    c.malformed(line.number, e);
-                    None
-                }
-            }
-        };
-        c.results.lines += 1;
-        if c.results.lines.is_multiple_of(PROGRESS_EVERY) {
-            c.sink.progress(source.bytes_read(), c.results.lines);
-        }
-        let Some(number) = number else {
-            window.recycle(r);
-            continue;
-        };
-        r.line = number;
+        // The earliest head; the first log's on a tie (a stable merge).
+        let next = heads.iter().enumerate().filter_map(|(i, h)| h.as_ref().map(|r| (r.at, i))).min();
+        let Some((_, i)) = next else { break };
+        let mut r = heads[i].take().expect("picked a head");
+        r.source = i;
         c.results.requests += 1;
         c.results.logged.note(r.at);
         if c.results.timeline.is_none()
@@ -501,14 +504,54 @@ pub fn run_access_log(
             c.decide(&r, false)?;
             window.recycle(r);
         }
+        heads[i] = next_request(sources, i, format, &mut c, &mut window)?;
     }
     while let Some(r) = window.pop_any() {
         c.decide(&r, false)?;
         window.recycle(r);
     }
-    c.results.bytes_read = source.bytes_read();
+    c.results.bytes_read = sources.iter().map(LogSource::bytes_read).sum();
     c.sink.progress(c.results.bytes_read, c.results.lines);
     Ok(c.results)
+}
+
+/// The next line of `sources[i]` read as a request (its number set), counting every line read
+/// and the malformed ones on the way; `None` at the end of the log.
+fn next_request(
+    sources: &mut [LogSource],
+    i: usize,
+    format: &LogFormat,
+    c: &mut Counter<'_>,
+    window: &mut Reorder,
+) -> Result<Option<LogRequest>, AccessError> {
+    loop {
+        let mut r = window.spare();
+        let number = {
+            let Some(line) = sources[i].next_line().map_err(AccessError::Read)? else {
+                window.recycle(r);
+                return Ok(None);
+            };
+            match line.bytes.and_then(|bytes| format.parse(bytes, &mut r)) {
+                Ok(()) => Some(line.number),
+                Err(e) => {
+                    c.malformed(line.number, e);
+                    None
+                }
+            }
+        };
+        c.results.lines += 1;
+        if c.results.lines.is_multiple_of(PROGRESS_EVERY) {
+            let bytes = sources.iter().map(LogSource::bytes_read).sum();
+            c.sink.progress(bytes, c.results.lines);
+        }
+        match number {
+            Some(number) => {
+                r.line = number;
+                return Ok(Some(r));
+            }
+            None => window.recycle(r),
+        }
+    }
 }
 
 #[cfg(test)]

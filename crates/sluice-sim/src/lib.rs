@@ -58,6 +58,7 @@ mod decisions;
 mod engine;
 pub mod generator;
 mod heavy_hitters;
+mod instances;
 mod json_line;
 mod log_format;
 mod log_request;
@@ -79,10 +80,11 @@ pub use access_report::{
 };
 pub use access_run::{
     AccessError, AccessOptions, AccessResults, Judge, Judgement, LimitDecision, LimitInfo, LimitResults, LimitVerdict,
-    LogSink, MALFORMED_SHOWN, RequestVerdict, RouteInfo, RouteResults, Span, run_access_log,
+    LogSink, MALFORMED_SHOWN, RequestVerdict, RouteInfo, RouteResults, Span, run_access_log, run_access_logs,
 };
 pub use combined::CombinedFormat;
 pub use heavy_hitters::{HEAVY_HITTERS_CAPACITY, HeavyHitter, HeavyHitters};
+pub use instances::{InstanceRow, InstancesReport, LimitComparison};
 pub use json_line::{DEFAULT_JSON_FIELDS, FieldsError, JsonFields};
 pub use log_format::LogFormat;
 pub use log_request::{LineError, LogRequest, parse_address};

@@ -54,8 +54,10 @@ impl LineError {
 /// methods; the simulation reads it through the accessors.
 #[derive(Debug, Clone)]
 pub struct LogRequest {
-    /// The line it was read from, counting from 1.
+    /// The line it was read from, counting from 1 (within its log, when there are several).
     pub line: u64,
+    /// Which of the logs of a run it was read from, counting from 0 (0 with one log).
+    pub source: usize,
     /// When the log says it came, Unix nanoseconds.
     pub at: Nanos,
     /// The address that connected (nginx `$remote_addr`): the peer the gateway would have seen.
@@ -83,6 +85,7 @@ impl Default for LogRequest {
     fn default() -> Self {
         Self {
             line: 0,
+            source: 0,
             at: 0,
             peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             sent: None,

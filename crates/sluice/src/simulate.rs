@@ -12,6 +12,7 @@ use sluice_core::{ALGORITHM_NAMES, Decision};
 use sluice_sim::{Arrival, DecisionCsv, DecisionSink, KeyScope, Lane, Limits, Report, RunInfo, Scenario, Simulation};
 
 mod access_log;
+mod instances;
 mod judge;
 mod progress;
 
@@ -31,7 +32,13 @@ them) and the first and last denials. JSON roles (--json-fields, defaults in bra
 10/Oct/2000:13:55:36 -0700, or Unix seconds), ip [remote_addr], method [request_method], path [request_uri], \
 request [request] (\"GET /path HTTP/1.1\", when method or path is absent), user_agent [http_user_agent], \
 referer [http_referer], xff [http_x_forwarded_for], header:NAME [none]. Key parts json:... cannot be simulated: \
-such routes are reported and not simulated.")]
+such routes are reported and not simulated.
+
+With --instances N (or --access-log given once per instance), N gateway instances decide the log over one \
+shared store, each with its own quota leases for the policies with lease = \"auto\", and the same requests go \
+through one exact limiter too: the report adds, per route and limit, what the instances admitted against the \
+exact limiter (under-admission: what the leases cost; over-admission must be 0) and the store calls per \
+decision the leases save.")]
 pub struct Args {
     #[command(flatten)]
     traffic: TrafficArgs,
@@ -78,7 +85,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sluice_sim::is_svg(path)?;
     }
     if args.access.wanted() {
+        if args.access.instances()?.is_some() && args.format == Format::Csv {
+            bail!("--format csv prints one run: with several instances, use --format table or json");
+        }
         let report = access_log::run(&args.access, args.decisions.as_deref(), args.plot.as_deref())?;
+        if let Some(alarm) = report.instances.as_ref().and_then(|i| i.over_admission_alarm()) {
+            eprintln!("sluice simulate: {alarm}");
+        }
         let text = match args.format {
             Format::Table => report.to_table(),
             Format::Json => report.to_json() + "\n",

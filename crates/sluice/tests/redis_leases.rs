@@ -15,41 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_support::RedisServer;
-use support::{Serve, TempDir};
+use support::{Serve, TempDir, fleet_config};
 
 /// Connections per gateway.
 const CLIENTS: usize = 6;
-
-fn config(redis: &str, limit: u64, lease: &str) -> String {
-    format!(
-        r#"[server]
-listen = "127.0.0.1:0"
-key_secret = "shared-by-every-instance-0123456789"
-
-[admin]
-listen = "127.0.0.1:0"
-
-[store]
-kind = "redis"
-url = "{redis}"
-on_error = "fail-closed"
-# A busy machine can hold a call past the default 50 ms, and fail-closed answers it 503: these
-# runs count admissions, not the failure mode (CI at 7e3b21c lost one request of 3,710 so).
-timeout_ms = 2000
-
-[[policy]]
-name = "fleet"
-algorithm = "fixed-window"
-limit = {limit}
-window = "1h"
-lease = "{lease}"
-
-[[route]]
-path = "/api/*"
-limits = [{{ policy = "fleet", key = "const:everyone" }}]
-"#
-    )
-}
 
 /// Keep-alive GETs on `port` until `stop`: (requests, 200s).
 fn load(
@@ -103,7 +72,7 @@ fn run(limit: u64, lease: &str, millis: u64) -> Run {
     loop {
         let redis = RedisServer::start();
         let dir = TempDir::new("redis-leases");
-        let path = dir.write("gateway.toml", &config(&redis.url(), limit, lease));
+        let path = dir.write("gateway.toml", &fleet_config(&redis.url(), limit, "1h", lease, ""));
         let gateways = [Serve::gateway(&path), Serve::gateway(&path)];
         let hour = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() / 3600;
         let started_in = hour();

@@ -11,12 +11,13 @@ use sluice_core::{ManualClock, Nanos};
 use sluice_gateway::stores::{memory_options, named_policies};
 use sluice_http::pipeline::Limiter;
 use sluice_sim::{
-    AccessDecisionCsv, AccessInfo, AccessOptions, AccessReport, CombinedFormat, JsonFields, KeySecret, LimitDecision,
-    LimitInfo, LogFormat, LogRequest, LogSink, LogSource, RouteInfo, SIMULATION_KEY_SECRET, parse_duration,
-    plot_timeline, run_access_log,
+    AccessDecisionCsv, AccessInfo, AccessOptions, AccessReport, CombinedFormat, JsonFields, Judge, KeySecret,
+    LimitDecision, LimitInfo, LogFormat, LogRequest, LogSink, LogSource, RouteInfo, SIMULATION_KEY_SECRET,
+    parse_duration, plot_timeline, run_access_logs,
 };
 use sluice_store::{KeyHasher, MemoryStore, Store};
 
+use super::instances::{Fleet, Split};
 use super::judge::{ConfigJudge, route_infos, warnings};
 use super::progress::{ProgressBar, bar, eta, si};
 
@@ -31,9 +32,19 @@ pub struct AccessArgs {
     ])]
     pub config: Option<PathBuf>,
     /// An access log to run through --config: plain or gzip (told by its first bytes); `-` reads
-    /// standard input.
-    #[arg(long, value_name = "FILE", requires = "config")]
-    pub access_log: Option<PathBuf>,
+    /// standard input. Given several times: one log per gateway instance, merged by time, each
+    /// instance deciding its own log's requests (as --instances, one instance a log).
+    #[arg(long, value_name = "FILE", requires = "config", action = clap::ArgAction::Append)]
+    pub access_log: Vec<PathBuf>,
+    /// Simulate N gateway instances over one shared store, each with its own quota leases for
+    /// the policies with lease = "auto" (as the gateway takes them), and predict what that
+    /// costs: the report compares them with one exact limiter deciding the same requests
+    /// (under-admission), and counts their store calls.
+    #[arg(long, value_name = "N", value_parser = parse_instances, requires = "access_log")]
+    pub instances: Option<usize>,
+    /// With --instances and one log: which instance decides each request [default: round-robin].
+    #[arg(long, value_enum, requires = "access_log")]
+    pub split: Option<SplitArg>,
     /// How the access log is written.
     #[arg(long, value_enum, default_value_t = LogFormatArg::Combined, requires = "access_log")]
     pub log_format: LogFormatArg,
@@ -51,6 +62,27 @@ pub struct AccessArgs {
     pub reorder_window: Nanos,
 }
 
+/// Most instances `--instances` takes.
+pub const MAX_INSTANCES: usize = 1024;
+
+fn parse_instances(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("at least one instance".into()),
+        Ok(n) if n > MAX_INSTANCES => Err(format!("at most {MAX_INSTANCES} instances")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a number of instances")),
+    }
+}
+
+/// `--split`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SplitArg {
+    /// Each instance in turn.
+    RoundRobin,
+    /// By the address that connected: a client always meets the same instance.
+    Client,
+}
+
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormatArg {
@@ -63,7 +95,36 @@ pub enum LogFormatArg {
 impl AccessArgs {
     /// Whether an access log is to be simulated.
     pub fn wanted(&self) -> bool {
-        self.access_log.is_some()
+        !self.access_log.is_empty()
+    }
+
+    /// With several instances: how many, and how requests are split among them.
+    pub fn instances(&self) -> anyhow::Result<Option<(usize, Split)>> {
+        let logs = self.access_log.len();
+        if self.access_log.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+            bail!("--access-log -: standard input can be read once");
+        }
+        if logs > 1 {
+            if self.split.is_some() {
+                bail!(
+                    "--split is for one log: with several --access-log, each log is one instance's requests (leave --split out)"
+                );
+            }
+            if let Some(n) = self.instances.filter(|&n| n != logs) {
+                bail!("--instances {n} with {logs} logs: each log is one instance's (leave --instances out)");
+            }
+            if logs > MAX_INSTANCES {
+                bail!("{logs} logs: at most {MAX_INSTANCES} instances");
+            }
+            return Ok(Some((logs, Split::Log)));
+        }
+        Ok(match (self.instances, self.split) {
+            (None, Some(_)) => bail!("--split needs --instances N (how many instances to split the log among)"),
+            (None, None) => None,
+            (Some(n), split) => {
+                Some((n, if split == Some(SplitArg::Client) { Split::Client } else { Split::RoundRobin }))
+            }
+        })
     }
 
     fn format(&self) -> anyhow::Result<LogFormat> {
@@ -143,31 +204,49 @@ fn held_until_released(config: &mut sluice_config::Config) {
 }
 
 /// Runs the access log through the configuration; writes the decisions and the plot if asked.
+/// With several instances (`--instances`, or several logs) the run is theirs, and the report
+/// ends with their prediction against one exact limiter.
 pub fn run(args: &AccessArgs, decisions: Option<&Path>, plot: Option<&Path>) -> anyhow::Result<AccessReport> {
-    let (Some(config_path), Some(log_path)) = (&args.config, &args.access_log) else {
+    let Some(config_path) = &args.config else {
         bail!("--access-log needs --config");
     };
+    if args.access_log.is_empty() {
+        bail!("--config needs --access-log");
+    }
+    let fleet_of = args.instances()?;
     let format = args.format()?;
     let mut config = sluice_config::load(config_path)?;
     let log_headers = format.header_names();
     held_until_released(&mut config);
 
     // The gateway's pipeline on the memory store, its clock set to each request's logged time.
-    let clock = Arc::new(ManualClock::new(0));
-    let store: Arc<dyn Store> =
-        Arc::new(MemoryStore::new(named_policies(&config), memory_options(&config.store), clock.clone()));
     let (secret, key_secret) = match &config.server.key_secret {
-        Some(s) => (s.expose(), KeySecret::Configured),
-        None => (SIMULATION_KEY_SECRET, KeySecret::Simulation),
+        Some(s) => (s.expose().to_string(), KeySecret::Configured),
+        None => (SIMULATION_KEY_SECRET.to_string(), KeySecret::Simulation),
     };
-    let limiter = Limiter::of_config(&config, store, KeyHasher::from_secret(secret.as_bytes()));
     let routes = route_infos(&config);
     let warnings = warnings(&config, &log_headers);
     let policies: Vec<String> = config.policies.iter().map(|p| format!("{} ({})", p.name, p.policy.name())).collect();
-    let mut judge = ConfigJudge::new(config, limiter, clock, &log_headers);
+    let mut single = None;
+    let mut fleet = None;
+    let judge: &mut dyn Judge = match fleet_of {
+        None => {
+            let clock = Arc::new(ManualClock::new(0));
+            let store: Arc<dyn Store> =
+                Arc::new(MemoryStore::new(named_policies(&config), memory_options(&config.store), clock.clone()));
+            let limiter = Limiter::of_config(&config, store, KeyHasher::from_secret(secret.as_bytes()));
+            single.insert(ConfigJudge::new(config, limiter, clock, &log_headers))
+        }
+        Some((n, split)) => fleet.insert(Fleet::new(&config, n, split, &secret, &log_headers)),
+    };
 
-    let mut source = LogSource::open(log_path).with_context(|| format!("opening {}", log_path.display()))?;
-    let mut sink = Sink { decisions: None, bar: ProgressBar::new(true), size: source.size() };
+    let mut sources = Vec::with_capacity(args.access_log.len());
+    for path in &args.access_log {
+        sources.push(LogSource::open(path).with_context(|| format!("opening {}", path.display()))?);
+    }
+    let names = args.access_log.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    let size = sources.iter().map(LogSource::size).sum::<Option<u64>>();
+    let mut sink = Sink { decisions: None, bar: ProgressBar::new(true), size };
     if let Some(path) = decisions {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         sink.decisions = Some(AccessDecisionCsv::new(BufWriter::new(file))?);
@@ -177,25 +256,26 @@ pub fn run(args: &AccessArgs, decisions: Option<&Path>, plot: Option<&Path>) -> 
         timeline: plot.is_some().then_some(policies),
         ..Default::default()
     };
-    let results = run_access_log(&mut source, &format, routes, &options, &mut judge, &mut sink);
+    let results = run_access_logs(&mut sources, &format, routes, &options, judge, &mut sink);
     sink.bar.finish();
-    let results = results.with_context(|| format!("in {}", log_path.display()))?;
+    let results = results.with_context(|| format!("in {names}"))?;
     if let Some(csv) = sink.decisions.take() {
         csv.into_inner().context("writing the decisions file")?;
     }
     let info = AccessInfo {
-        access_log: log_path.display().to_string(),
+        access_log: names.clone(),
         log_format: format.name().to_string(),
-        gzip: source.is_gzip(),
+        gzip: sources.iter().any(LogSource::is_gzip),
         reorder_window: args.reorder_window,
         key_secret,
         warnings,
     };
-    let report = AccessReport::new(&results, &info);
+    let mut report = AccessReport::new(&results, &info);
+    report.instances = fleet.as_ref().map(|f| f.report(&results));
     if let Some(path) = plot {
         match &results.timeline {
             Some(t) => plot_timeline(path, t, &report.headline())?,
-            None => bail!("nothing to plot: no line of {} was read as a request", log_path.display()),
+            None => bail!("nothing to plot: no line of {names} was read as a request"),
         }
     }
     Ok(report)
