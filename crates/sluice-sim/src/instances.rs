@@ -90,6 +90,9 @@ pub struct InstancesReport {
     pub instances: usize,
     /// How requests were split: `round-robin`, `client`, or `log` (one log per instance).
     pub split: String,
+    /// With `--regions`: how much of a region's traffic one trade covers, ms. The instances are
+    /// then regions, and their store calls are what crosses regions.
+    pub trade_every_ms: Option<u64>,
     /// The policies leased (none: the instances admit exactly what one limiter does).
     pub leased_policies: Vec<String>,
     /// Per route and limit, in configuration order (simulated routes only).
@@ -150,7 +153,20 @@ impl InstancesReport {
             "log" => "one access log per instance".to_string(),
             other => format!("split {other}"),
         };
-        let _ = writeln!(s, "instances: {}, {split}, over one shared store; {leases}", self.instances);
+        match self.trade_every_ms {
+            None => {
+                let _ = writeln!(s, "instances: {}, {split}, over one shared store; {leases}", self.instances);
+            }
+            Some(ms) => {
+                let _ = writeln!(
+                    s,
+                    "regions: {}, {split}; each region leases its share of the limit from the others, a trade covering \
+                     {ms} ms of its traffic, and denies on its own once no share is left for it until the window \
+                     ends; {leases}; store calls are the calls that cross regions",
+                    self.instances
+                );
+            }
+        }
         let _ = writeln!(
             s,
             "prediction: the instances with leases against one exact limiter (the same requests, one store, no leases):"
@@ -231,6 +247,7 @@ mod tests {
         let report = InstancesReport {
             instances: 2,
             split: "client".into(),
+            trade_every_ms: None,
             leased_policies: vec!["fleet".into()],
             limits: vec![limit],
             admitted: 6,

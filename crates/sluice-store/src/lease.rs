@@ -64,11 +64,17 @@ pub struct LeaseOptions {
     pub cover: Nanos,
     /// Keys whose rates and leases are tracked at most; beyond, new keys go to the store.
     pub max_keys: usize,
+    /// A request whose every key the store last had no room for is denied here until that
+    /// key's window ends, without asking the store. Off for a gateway (the store may meanwhile
+    /// get units back from another instance's lease, and admit again); on for a region that
+    /// leases its share of a limit held in another region, where nothing may cross regions per
+    /// request. Either way never an admission beyond the limit: only more denials.
+    pub deny_when_full: bool,
 }
 
 impl Default for LeaseOptions {
     fn default() -> Self {
-        Self { min_rate: 50.0, cover: NANOS_PER_SEC / 10, max_keys: 10_000 }
+        Self { min_rate: 50.0, cover: NANOS_PER_SEC / 10, max_keys: 10_000, deny_when_full: false }
     }
 }
 
@@ -345,8 +351,34 @@ impl LeasedStore {
                 }
             }
         }
+        if self.options.deny_when_full
+            && let Some(verdict) = self.full_here(checks, now)
+        {
+            return Ok(Reported { verdict, degraded: None, answered: true });
+        }
         self.store_calls.fetch_add(1, Ordering::Relaxed);
         self.inner.decide_reported(checks, None).await
+    }
+
+    /// A denial of `checks` made here ([`LeaseOptions::deny_when_full`]): when every one is a
+    /// leased key the store had no room for, until its window's end.
+    fn full_here(&self, checks: &[Check], now: Nanos) -> Option<Verdict> {
+        let book = self.book();
+        let mut decisions = Vec::with_capacity(checks.len());
+        for c in checks {
+            let until = book.get(&(c.policy, c.key)).map(|e| e.full_until).filter(|&t| now < t)?;
+            let limit = self.inner.policies().get(c.policy)?.policy.limit();
+            let wait = until - now;
+            decisions.push(Decision {
+                allowed: false,
+                limit,
+                remaining: 0,
+                reset_after: wait,
+                retry_after: wait,
+                delay: 0,
+            });
+        }
+        (!decisions.is_empty()).then(|| Verdict { allowed: false, decisions, at: now, at_each: Vec::new() })
     }
 }
 
@@ -443,6 +475,12 @@ mod tests {
         LeasedStore::new(store.clone(), vec![true, true], options, clock.clone())
     }
 
+    /// An instance that denies a full key itself ([`LeaseOptions::deny_when_full`]).
+    fn region(store: &Arc<MemoryStore>, clock: &Arc<ManualClock>, min_rate: f64) -> LeasedStore {
+        let options = LeaseOptions { min_rate, deny_when_full: true, ..LeaseOptions::default() };
+        LeasedStore::new(store.clone(), vec![true, true], options, clock.clone())
+    }
+
     fn key(k: u8) -> KeyHash {
         KeyHash([k; 16])
     }
@@ -505,6 +543,41 @@ mod tests {
         assert_eq!(next, 100);
     }
 
+    #[test]
+    fn denying_a_full_key_here_asks_the_store_nothing_until_its_window_ends() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = shared(100, &clock);
+        let here = region(&store, &clock, 0.0);
+        let hot = [Check { policy: 0, key: key(4), cost: 1 }];
+        let admitted = (0..100).filter(|_| block_on(here.decide(&hot, None)).unwrap().allowed).count();
+        assert_eq!(admitted, 100);
+        // The window is spent: one call finds no room for a lease (and one denial from the
+        // store), then every denial is made here, saying when the window ends.
+        clock.advance(WINDOW / 4);
+        let calls = here.store_calls();
+        for _ in 0..50 {
+            let v = block_on(here.decide(&hot, None)).unwrap();
+            assert!(!v.allowed);
+            assert_eq!(v.decisions[0].retry_after, WINDOW * 3 / 4);
+        }
+        assert!(here.store_calls() - calls <= 3, "{} store calls for 50 denials", here.store_calls() - calls);
+        // The next window: leased again.
+        clock.advance(WINDOW * 3 / 4);
+        assert!(block_on(here.decide(&hot, None)).unwrap().allowed);
+        // Without the option, a denied hot key asks the store each time.
+        let store = shared(10, &clock);
+        let gateway = instance(&store, &clock, 0.0);
+        let warm = [Check { policy: 0, key: key(5), cost: 1 }];
+        for _ in 0..10 {
+            block_on(gateway.decide(&warm, None)).unwrap();
+        }
+        let calls = gateway.store_calls();
+        for _ in 0..50 {
+            assert!(!block_on(gateway.decide(&warm, None)).unwrap().allowed);
+        }
+        assert!(gateway.store_calls() - calls >= 50);
+    }
+
     /// What a run did: per instance, a request's key and cost, time moved, or the instance
     /// dying (its leases lost).
     #[derive(Debug, Clone)]
@@ -533,11 +606,13 @@ mod tests {
         fn no_window_admits_beyond_its_limit_across_instances(
             limit in 1u64..40,
             min_rate in prop_oneof![Just(0.0), Just(5.0)],
+            deny_when_full: bool,
             steps in steps(),
         ) {
             let clock = Arc::new(ManualClock::new(0));
             let store = shared(limit, &clock);
-            let mut instances: Vec<LeasedStore> = (0..4).map(|_| instance(&store, &clock, min_rate)).collect();
+            let make = if deny_when_full { region } else { instance };
+            let mut instances: Vec<LeasedStore> = (0..4).map(|_| make(&store, &clock, min_rate)).collect();
             let mut admitted: HashMap<(u8, Nanos), u64> = HashMap::new();
             for step in steps {
                 match step {
@@ -550,7 +625,7 @@ mod tests {
                         }
                     }
                     Step::Advance(d) => clock.advance(d),
-                    Step::Die(i) => instances[i] = instance(&store, &clock, min_rate),
+                    Step::Die(i) => instances[i] = make(&store, &clock, min_rate),
                 }
             }
             for ((k, w), n) in admitted {

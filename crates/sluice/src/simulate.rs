@@ -85,7 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sluice_sim::is_svg(path)?;
     }
     if args.access.wanted() {
-        if args.access.instances()?.is_some() && args.format == Format::Csv {
+        if args.access.fleet()?.is_some() && args.format == Format::Csv {
             bail!("--format csv prints one run: with several instances, use --format table or json");
         }
         let report = access_log::run(&args.access, args.decisions.as_deref(), args.plot.as_deref())?;

@@ -118,6 +118,8 @@ fn bad_instance_arguments_are_refused_with_a_reason() {
     refused(&["--access-log", &a, "--instances", "0"], "at least one instance");
     refused(&["--access-log", &a, "--instances", "2", "--format", "csv"], "use --format table or json");
     refused(&["--access-log", "-", "--access-log", "-"], "standard input can be read once");
+    refused(&["--access-log", &a, "--regions"], "--regions needs --instances N, or one --access-log per region");
+    refused(&["--access-log", &a, "--instances", "2", "--trade-every", "1s"], "--regions");
 }
 
 /// The live run against the prediction: two gateways, one Redis, one log each.

@@ -15,9 +15,9 @@ use sluice_sim::{
     LimitDecision, LimitInfo, LogFormat, LogRequest, LogSink, LogSource, RouteInfo, SIMULATION_KEY_SECRET,
     parse_duration, plot_timeline, run_access_logs,
 };
-use sluice_store::{KeyHasher, MemoryStore, Store};
+use sluice_store::{KeyHasher, LeaseOptions, MemoryStore, Store};
 
-use super::instances::{Fleet, Split};
+use super::instances::{Fleet, Split, region_leases};
 use super::judge::{ConfigJudge, route_infos, warnings};
 use super::progress::{ProgressBar, bar, eta, si};
 
@@ -45,6 +45,16 @@ pub struct AccessArgs {
     /// With --instances and one log: which instance decides each request [default: round-robin].
     #[arg(long, value_enum, requires = "access_log")]
     pub split: Option<SplitArg>,
+    /// The instances (--instances, or one log each) are regions, each with its own store: a
+    /// region leases its share of every lease = "auto" policy's window from the others in trades
+    /// (each covering --trade-every of its traffic, from its first request), and denies on its
+    /// own once no share is left for it until the window ends. Store calls are then the calls
+    /// that cross regions (docs: Scaling, several regions).
+    #[arg(long, requires = "access_log")]
+    pub regions: bool,
+    /// With --regions: how much of a region's traffic one trade covers.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, requires = "regions")]
+    pub trade_every: Nanos,
     /// How the access log is written.
     #[arg(long, value_enum, default_value_t = LogFormatArg::Combined, requires = "access_log")]
     pub log_format: LogFormatArg,
@@ -98,8 +108,19 @@ impl AccessArgs {
         !self.access_log.is_empty()
     }
 
+    /// With several instances: how many, how requests are split among them, and how they lease
+    /// (as gateways, or as regions).
+    pub fn fleet(&self) -> anyhow::Result<Option<(usize, Split, LeaseOptions)>> {
+        let leases = if self.regions { region_leases(self.trade_every) } else { LeaseOptions::default() };
+        match self.instances()? {
+            Some((n, split)) => Ok(Some((n, split, leases))),
+            None if self.regions => bail!("--regions needs --instances N, or one --access-log per region"),
+            None => Ok(None),
+        }
+    }
+
     /// With several instances: how many, and how requests are split among them.
-    pub fn instances(&self) -> anyhow::Result<Option<(usize, Split)>> {
+    fn instances(&self) -> anyhow::Result<Option<(usize, Split)>> {
         let logs = self.access_log.len();
         if self.access_log.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
             bail!("--access-log -: standard input can be read once");
@@ -213,7 +234,7 @@ pub fn run(args: &AccessArgs, decisions: Option<&Path>, plot: Option<&Path>) -> 
     if args.access_log.is_empty() {
         bail!("--config needs --access-log");
     }
-    let fleet_of = args.instances()?;
+    let fleet_of = args.fleet()?;
     let format = args.format()?;
     let mut config = sluice_config::load(config_path)?;
     let log_headers = format.header_names();
@@ -237,7 +258,7 @@ pub fn run(args: &AccessArgs, decisions: Option<&Path>, plot: Option<&Path>) -> 
             let limiter = Limiter::of_config(&config, store, KeyHasher::from_secret(secret.as_bytes()));
             single.insert(ConfigJudge::new(config, limiter, clock, &log_headers))
         }
-        Some((n, split)) => fleet.insert(Fleet::new(&config, n, split, &secret, &log_headers)),
+        Some(of) => fleet.insert(Fleet::new(&config, of, &secret, &log_headers)),
     };
 
     let mut sources = Vec::with_capacity(args.access_log.len());

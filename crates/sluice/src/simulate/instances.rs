@@ -93,12 +93,27 @@ pub struct Fleet {
     admitted_exact: u64,
     /// The names of the leased policies.
     leased_names: Vec<String>,
+    /// How the instances lease: the gateway's defaults, or a region's ([`region_leases`]).
+    options: LeaseOptions,
+}
+
+/// The leases of a region (`--regions`): every leased policy from its first request, each
+/// lease a trade covering `trade_every` of the region's traffic, and a region whose share is
+/// gone denies on its own until the window ends (nothing crosses regions per request).
+pub fn region_leases(trade_every: Nanos) -> LeaseOptions {
+    LeaseOptions { min_rate: 0.0, cover: trade_every, deny_when_full: true, ..LeaseOptions::default() }
 }
 
 impl Fleet {
-    /// `n` instances of `config` split by `split`, and the exact limiter; keys hashed with
+    /// `n` instances of `config` split by `split`, leasing as `options` say (the gateway's
+    /// [`LeaseOptions::default`], or [`region_leases`]), and the exact limiter; keys hashed with
     /// `secret`; the log carries `log_headers`.
-    pub fn new(config: &Config, n: usize, split: Split, secret: &str, log_headers: &[String]) -> Self {
+    pub fn new(
+        config: &Config,
+        (n, split, options): (usize, Split, LeaseOptions),
+        secret: &str,
+        log_headers: &[String],
+    ) -> Self {
         let clock = Arc::new(ManualClock::new(0));
         let hasher = || KeyHasher::from_secret(secret.as_bytes());
         let store = |clock: &Arc<ManualClock>| {
@@ -115,10 +130,9 @@ impl Fleet {
         let leased = config.leased_policies();
         let instances = (0..n)
             .map(|_| {
-                // As the gateway wraps its store (every instance with the default options); with
-                // no policy leased, a LeasedStore only counts the calls.
-                let leases =
-                    Arc::new(LeasedStore::new(shared.clone(), leased.clone(), LeaseOptions::default(), clock.clone()));
+                // As the gateway wraps its store (a region as designed in docs/src/scaling.md);
+                // with no policy leased, a LeasedStore only counts the calls.
+                let leases = Arc::new(LeasedStore::new(shared.clone(), leased.clone(), options, clock.clone()));
                 let limiter = Limiter::of_config(config, leases.clone(), hasher());
                 Instance {
                     judge: ConfigJudge::new(config.clone(), limiter, clock.clone(), log_headers),
@@ -161,6 +175,7 @@ impl Fleet {
             admitted: 0,
             admitted_exact: 0,
             leased_names,
+            options,
         }
     }
 
@@ -207,6 +222,7 @@ impl Fleet {
         InstancesReport {
             instances: self.instances.len(),
             split: self.split.name().into(),
+            trade_every_ms: self.options.deny_when_full.then_some(self.options.cover / 1_000_000),
             leased_policies: self.leased_names.clone(),
             over_admitted: limits.iter().map(|l| l.over_admitted).sum(),
             limits,
@@ -330,8 +346,13 @@ limits = [{{ policy = "hot", key = "{key}" }}]
 
     /// Runs `logs` (one per instance when several) through `n` instances of `config`.
     fn run(config: &Config, logs: &[String], n: usize, split: Split) -> InstancesReport {
+        run_leasing(config, logs, (n, split, LeaseOptions::default()))
+    }
+
+    /// [`run`], the instances leasing as `options` say.
+    fn run_leasing(config: &Config, logs: &[String], of: (usize, Split, LeaseOptions)) -> InstancesReport {
         let format = LogFormat::Json("".parse::<JsonFields>().unwrap());
-        let mut fleet = Fleet::new(config, n, split, SIMULATION_KEY_SECRET, &format.header_names());
+        let mut fleet = Fleet::new(config, of, SIMULATION_KEY_SECRET, &format.header_names());
         let mut sources: Vec<LogSource> = logs
             .iter()
             .map(|l| LogSource::from_reader(std::io::Cursor::new(l.clone().into_bytes()), None).unwrap())
@@ -390,6 +411,36 @@ limits = [{{ policy = "hot", key = "{key}" }}]
         assert_eq!((r.per_instance[0].requests, r.per_instance[0].admitted), (200, 200));
         // One log per instance: the split follows the logs, whatever the addresses.
         assert_eq!(r.split, "log");
+    }
+
+    #[test]
+    fn regions_trade_shares_and_deny_on_their_own_once_the_limit_is_spent() {
+        // Two regions, 100 a second allowed in all: the first sees 450 requests a second, the
+        // second 50, for 4 s. As regions, each leases its share in trades of a second of its
+        // traffic and denies by itself once the window has no share left for it: over nothing,
+        // under at most what a quiet region holds when a window ends, and the calls that cross
+        // regions a few a second, not one a denial as gateways' leases make them.
+        let config = fixed(100, "1s", "auto");
+        let busy = steady(T0, 1_800, NANOS_PER_SEC / 450, "10.0.0.1");
+        let quiet = steady(T0 + 1, 200, NANOS_PER_SEC / 50, "10.0.0.2");
+        let logs = [busy, quiet];
+        let regions = run_leasing(&config, &logs, (2, Split::Log, region_leases(NANOS_PER_SEC)));
+        let gateways = run(&config, &logs, 2, Split::Log);
+        assert_eq!(regions.over_admitted, 0, "{regions:?}");
+        assert_eq!(regions.admitted_exact, 400, "four windows of 100");
+        assert!(regions.under_admitted >= 0, "{regions:?}");
+        assert!(regions.admitted >= 300, "most of each window admitted: {regions:?}");
+        assert!(
+            regions.store_calls * 20 <= gateways.store_calls,
+            "regions {} calls across, gateways {} calls to the store",
+            regions.store_calls,
+            gateways.store_calls
+        );
+        assert!(regions.store_calls_per_decision < 0.05, "{regions:?}");
+        assert_eq!(regions.trade_every_ms, Some(1_000));
+        assert_eq!(gateways.trade_every_ms, None);
+        let table = regions.to_table();
+        assert!(table.starts_with("regions: 2, one access log per instance;"), "{table}");
     }
 
     #[test]
