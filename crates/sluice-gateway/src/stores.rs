@@ -385,7 +385,9 @@ impl StoreBuilder for RedisStores {
         let leased = config.leased_policies();
         let decides: Arc<dyn Store> = if leased.contains(&true) {
             let clock = Arc::new(SystemClock::new());
-            Arc::new(LeasedStore::new(store.clone(), leased, LeaseOptions::default(), clock))
+            let leases = Arc::new(LeasedStore::new(store.clone(), leased, LeaseOptions::default(), clock));
+            give_back_idle(&leases);
+            leases
         } else {
             store.clone()
         };
@@ -401,4 +403,22 @@ impl StoreBuilder for RedisStores {
         }
         Ok(decides)
     }
+}
+
+/// Gives back the leases of keys gone quiet ([`LeasedStore::return_idle`]) every
+/// [`LeaseOptions::idle`], on a task that ends with the store (a reload's store starts its own).
+/// Without a runtime (a store built outside one), leases end with their windows only.
+fn give_back_idle(leases: &Arc<LeasedStore>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    let weak = Arc::downgrade(leases);
+    let every = Duration::from_nanos(leases.options().idle.max(1_000_000));
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            let Some(leases) = weak.upgrade() else { return };
+            leases.return_idle().await;
+        }
+    });
 }

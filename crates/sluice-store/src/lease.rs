@@ -15,7 +15,9 @@
 //! of the refill (docs/src/scaling.md), and sliding logs and windows cannot be leased exactly.
 //!
 //! **When.** A key takes leases once its local rate reaches `min_rate`; each lease covers about
-//! `cover` of that rate, within what the window holds. A request whose every check has a
+//! `cover` of that rate, within what the window holds. A key that sees no request for `idle`
+//! gives its lease's unspent units back when [`LeasedStore::return_idle`] runs (the gateway runs
+//! it on a timer): a burst that stops does not keep its last lease until the window ends. A request whose every check has a
 //! leased key with units is admitted without the store; any other request goes to the store as
 //! it is, which counts the leased units too. A denial always comes from the store.
 //!
@@ -70,11 +72,15 @@ pub struct LeaseOptions {
     /// leases its share of a limit held in another region, where nothing may cross regions per
     /// request. Either way never an admission beyond the limit: only more denials.
     pub deny_when_full: bool,
+    /// A lease whose key has seen no request for this long is given back by
+    /// [`LeasedStore::return_idle`] (else a key whose traffic stops holds its units until its
+    /// window ends: an hour-long window could lose a lease's worth for the hour).
+    pub idle: Nanos,
 }
 
 impl Default for LeaseOptions {
     fn default() -> Self {
-        Self { min_rate: 50.0, cover: NANOS_PER_SEC / 10, max_keys: 10_000, deny_when_full: false }
+        Self { min_rate: 50.0, cover: NANOS_PER_SEC / 10, max_keys: 10_000, deny_when_full: false, idle: NANOS_PER_SEC }
     }
 }
 
@@ -99,6 +105,8 @@ struct Lease {
 struct Entry {
     /// Start of the current second of the rate (this instance's clock).
     second: Nanos,
+    /// When its last request came.
+    seen: Nanos,
     /// Requests in the current second and in the one before.
     this: u64,
     last: u64,
@@ -112,6 +120,7 @@ struct Entry {
 
 impl Entry {
     fn saw(&mut self, now: Nanos) {
+        self.seen = now;
         let elapsed = now.saturating_sub(self.second);
         if elapsed >= NANOS_PER_SEC {
             self.last = if elapsed < 2 * NANOS_PER_SEC { self.this } else { 0 };
@@ -174,6 +183,11 @@ impl LeasedStore {
         }
     }
 
+    /// How it leases.
+    pub fn options(&self) -> &LeaseOptions {
+        &self.options
+    }
+
     /// Calls made to the shared store so far.
     pub fn store_calls(&self) -> u64 {
         self.store_calls.load(Ordering::Relaxed)
@@ -189,6 +203,28 @@ impl LeasedStore {
     pub fn held(&self) -> u64 {
         let now = self.clock.now();
         self.book().values().filter_map(|e| e.live(now)).map(|l| l.left).sum()
+    }
+
+    /// Gives back the unspent units of every lease whose key has seen no request for
+    /// [`LeaseOptions::idle`] (the key leases again when its traffic comes back). A gateway
+    /// calls it every `idle` or so; the simulator as its log's time passes. Returns the units
+    /// given back.
+    pub async fn return_idle(&self) -> u64 {
+        let now = self.clock.now();
+        let idle: Vec<Lease> = {
+            let mut book = self.book();
+            book.values_mut()
+                .filter(|e| !e.taking && now.saturating_sub(e.seen) >= self.options.idle)
+                .filter_map(|e| e.lease.take())
+                .filter(|l| now < l.expires && l.left > 0)
+                .collect()
+        };
+        let mut returned = 0;
+        for lease in &idle {
+            self.give_back(lease).await;
+            returned += lease.left;
+        }
+        returned
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, KeyHash), Entry>> {
@@ -578,6 +614,35 @@ mod tests {
         assert!(gateway.store_calls() - calls >= 50);
     }
 
+    #[test]
+    fn a_quiet_key_gives_its_lease_back_after_idle_and_another_instance_spends_it() {
+        let clock = Arc::new(ManualClock::new(0));
+        let policies = vec![NamedPolicy {
+            name: "hourly".into(),
+            policy: Policy::from(FixedWindow::new(1_000, 3_600 * NANOS_PER_SEC).unwrap()),
+        }];
+        let store: Arc<MemoryStore> = Arc::new(MemoryStore::new(policies, MemoryOptions::default(), clock.clone()));
+        let options = LeaseOptions { min_rate: 0.0, cover: NANOS_PER_SEC, ..LeaseOptions::default() };
+        let a = LeasedStore::new(store.clone(), vec![true], options, clock.clone());
+        let b = LeasedStore::new(store.clone(), vec![true], options, clock.clone());
+        let hot = [Check { policy: 0, key: key(6), cost: 1 }];
+        // a: a burst of 300 in a second, leasing at that rate, then nothing.
+        for _ in 0..300 {
+            assert!(block_on(a.decide(&hot, None)).unwrap().allowed);
+            clock.advance(NANOS_PER_SEC / 300);
+        }
+        let held = a.held();
+        assert!(held > 0, "a holds a lease sized to its burst");
+        // Not yet idle: nothing given back.
+        assert_eq!(block_on(a.return_idle()), 0);
+        clock.advance(NANOS_PER_SEC);
+        assert_eq!(block_on(a.return_idle()), held);
+        assert_eq!(a.held(), 0);
+        // b gets the whole rest of the hour's 1,000: nothing is stranded with a.
+        let by_b = (0..1_000).filter(|_| block_on(b.decide(&hot, None)).unwrap().allowed).count() as u64;
+        assert_eq!(300 + by_b + b.held(), 1_000);
+    }
+
     /// What a run did: per instance, a request's key and cost, time moved, or the instance
     /// dying (its leases lost).
     #[derive(Debug, Clone)]
@@ -585,6 +650,7 @@ mod tests {
         Ask { instance: usize, key: u8, cost: u64 },
         Advance(Nanos),
         Die(usize),
+        ReturnIdle(usize),
     }
 
     fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -592,6 +658,7 @@ mod tests {
             20 => (0usize..4, 0u8..3, 1u64..4).prop_map(|(instance, key, cost)| Step::Ask { instance, key, cost }),
             2 => (0..WINDOW / 2).prop_map(Step::Advance),
             1 => (0usize..4).prop_map(Step::Die),
+            2 => (0usize..4).prop_map(Step::ReturnIdle),
         ];
         proptest::collection::vec(step, 1..600)
     }
@@ -626,6 +693,9 @@ mod tests {
                     }
                     Step::Advance(d) => clock.advance(d),
                     Step::Die(i) => instances[i] = make(&store, &clock, min_rate),
+                    Step::ReturnIdle(i) => {
+                        block_on(instances[i].return_idle());
+                    }
                 }
             }
             for ((k, w), n) in admitted {

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_support::RedisServer;
 use support::{Serve, TempDir, fleet_config};
@@ -65,6 +65,11 @@ struct Run {
     admitted: u64,
     scripts: u64,
     from_leases: f64,
+    /// Units the gateways' leases held when the load stopped (`sluice_lease_units_held`).
+    held_at_stop: f64,
+    /// How long after the load stopped they held none (given back, the keys quiet), if within
+    /// 5 s.
+    quiet_after: Option<Duration>,
 }
 
 /// Two gateways with `limit` and `lease`, loaded for `millis`, inside one hour-long window.
@@ -90,10 +95,20 @@ fn run(limit: u64, lease: &str, millis: u64) -> Run {
             continue;
         }
         let scripts = redis.scripts_run() - before;
-        let from_leases =
-            gateways.iter().map(|g| support::raw::metric_sum(g.admin(), "sluice_lease_admissions_total")).sum();
+        let metric = |name: &str| -> f64 { gateways.iter().map(|g| support::raw::metric_sum(g.admin(), name)).sum() };
+        let from_leases = metric("sluice_lease_admissions_total");
         let (sent, admitted) = (sent.load(Ordering::Relaxed), admitted.load(Ordering::Relaxed));
-        return Run { sent, admitted, scripts, from_leases };
+        let (stopped, held_at_stop) = (Instant::now(), metric("sluice_lease_units_held"));
+        let quiet_after = loop {
+            if metric("sluice_lease_units_held") == 0.0 {
+                break Some(stopped.elapsed());
+            }
+            if stopped.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        return Run { sent, admitted, scripts, from_leases, held_at_stop, quiet_after };
     }
 }
 
@@ -123,4 +138,9 @@ fn leases_spare_redis_a_script_a_request() {
     // The gateways' own count says the same: most admissions came from leases; none without.
     assert_eq!(off.from_leases, 0.0);
     assert!(on.from_leases >= on.sent as f64 * 0.9 - 1.0, "{} of {} from leases", on.from_leases, on.sent);
+    // Once the load stops, the leases still holding units are given back within two of the
+    // timer's one-second ticks, not left until the hour's window ends.
+    println!("held when the load stopped: {}; none after {:?}", on.held_at_stop, on.quiet_after);
+    assert!(on.held_at_stop > 0.0, "the leases held units when the load stopped");
+    assert!(on.quiet_after.is_some_and(|d| d <= Duration::from_secs(3)), "still held: {:?}", on.quiet_after);
 }

@@ -22,7 +22,7 @@ use sluice_sim::{
 };
 use sluice_store::{KeyHash, KeyHasher, LeaseOptions, LeasedStore, MemoryStore, Store};
 
-use super::judge::ConfigJudge;
+use super::judge::{ConfigJudge, block_on_here};
 
 /// Which instance decides a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,13 +95,23 @@ pub struct Fleet {
     leased_names: Vec<String>,
     /// How the instances lease: the gateway's defaults, or a region's ([`region_leases`]).
     options: LeaseOptions,
+    /// When the instances next give back the leases of keys gone quiet, as the gateway's timer
+    /// does every [`LeaseOptions::idle`].
+    next_return: Nanos,
 }
 
 /// The leases of a region (`--regions`): every leased policy from its first request, each
-/// lease a trade covering `trade_every` of the region's traffic, and a region whose share is
-/// gone denies on its own until the window ends (nothing crosses regions per request).
+/// lease a trade covering `trade_every` of the region's traffic and given back after as long
+/// without traffic, and a region whose share is gone denies on its own until the window ends
+/// (nothing crosses regions per request).
 pub fn region_leases(trade_every: Nanos) -> LeaseOptions {
-    LeaseOptions { min_rate: 0.0, cover: trade_every, deny_when_full: true, ..LeaseOptions::default() }
+    LeaseOptions {
+        min_rate: 0.0,
+        cover: trade_every,
+        deny_when_full: true,
+        idle: trade_every,
+        ..LeaseOptions::default()
+    }
 }
 
 impl Fleet {
@@ -176,6 +186,7 @@ impl Fleet {
             admitted_exact: 0,
             leased_names,
             options,
+            next_return: 0,
         }
     }
 
@@ -259,6 +270,13 @@ impl Judge for Fleet {
                     t.admitted_exact += u64::from(d.verdict == LimitVerdict::Allowed);
                 }
             }
+        }
+        // The shared clock reads `at` now (the exact judge set it).
+        if at >= self.next_return {
+            for instance in &self.instances {
+                block_on_here(instance.store.return_idle());
+            }
+            self.next_return = at.saturating_add(self.options.idle);
         }
         let i = self.pick(r);
         let instance = &mut self.instances[i];

@@ -30,6 +30,11 @@ impl Wake for ThreadWaker {
     }
 }
 
+/// [`block_on`] with a waker made for this thread.
+pub(super) fn block_on_here<F: Future>(future: F) -> F::Output {
+    block_on(future, &Waker::from(Arc::new(ThreadWaker(std::thread::current()))))
+}
+
 /// Runs `future` to completion on this thread. The memory store answers without awaiting, so a
 /// decision is ready at the first poll; a future that does wait parks the thread until woken.
 fn block_on<F: Future>(future: F, waker: &Waker) -> F::Output {
