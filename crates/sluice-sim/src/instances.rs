@@ -8,6 +8,7 @@
 //! let report = InstancesReport {
 //!     instances: 2,
 //!     split: "round-robin".into(),
+//!     trade_every_ms: None,
 //!     leased_policies: vec!["fleet".into()],
 //!     limits: vec![LimitComparison {
 //!         route: "/api/*".into(),
