@@ -2,7 +2,7 @@
 //! key (every client shares it), loaded from several connections each. Under a limit the load
 //! exceeds, the two admit no more than the limit between them; under one it never reaches,
 //! Redis runs far fewer scripts than there are requests (its own `INFO commandstats`), against
-//! one script a request with `lease = "off"`.
+//! one script a request with `lease = "off"`. And the first again on a Redis Cluster.
 
 #[path = "../../sluice-redis/tests/support/mod.rs"]
 mod redis_support;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis_support::RedisServer;
+use redis_support::{RedisCluster, RedisServer};
 use support::{Serve, TempDir, fleet_config};
 
 /// Connections per gateway.
@@ -72,16 +72,25 @@ struct Run {
     quiet_after: Option<Duration>,
 }
 
-/// Two gateways with `limit` and `lease`, loaded for `millis`, inside one hour-long window.
+/// Two gateways with `limit` and `lease` on a new Redis, loaded for `millis`, inside one
+/// hour-long window.
 fn run(limit: u64, lease: &str, millis: u64) -> Run {
+    let redis = RedisServer::start();
+    let config = fleet_config(&redis.url(), limit, "1h", lease, "");
+    run_on(&config, || redis.scripts_run(), millis)
+}
+
+/// Two gateways configured by `config`, loaded for `millis`, inside one hour-long window
+/// (a run across the top of the hour, two windows, is run again); `scripts` reads how many
+/// scripts Redis has run.
+fn run_on(config: &str, scripts: impl Fn() -> u64, millis: u64) -> Run {
     loop {
-        let redis = RedisServer::start();
         let dir = TempDir::new("redis-leases");
-        let path = dir.write("gateway.toml", &fleet_config(&redis.url(), limit, "1h", lease, ""));
+        let path = dir.write("gateway.toml", config);
         let gateways = [Serve::gateway(&path), Serve::gateway(&path)];
         let hour = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() / 3600;
         let started_in = hour();
-        let before = redis.scripts_run();
+        let before = scripts();
         let (stop, sent, admitted) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::<AtomicU64>::default());
         let threads: Vec<_> = gateways
             .iter()
@@ -90,11 +99,10 @@ fn run(limit: u64, lease: &str, millis: u64) -> Run {
         std::thread::sleep(Duration::from_millis(millis));
         stop.store(true, Ordering::Relaxed);
         threads.into_iter().for_each(|t| t.join().unwrap());
-        // A run across the top of the hour spans two windows: run again, in one.
         if hour() != started_in {
             continue;
         }
-        let scripts = redis.scripts_run() - before;
+        let scripts = scripts() - before;
         let metric = |name: &str| -> f64 { gateways.iter().map(|g| support::raw::metric_sum(g.admin(), name)).sum() };
         let from_leases = metric("sluice_lease_admissions_total");
         let (sent, admitted) = (sent.load(Ordering::Relaxed), admitted.load(Ordering::Relaxed));
@@ -121,6 +129,26 @@ fn two_gateways_leasing_one_hot_key_admit_no_more_than_its_limit() {
     assert!(admitted <= LIMIT, "{admitted} admitted between the two, the limit is {LIMIT}");
     // What the leases still held unspent when the run stopped is all that can be missing.
     assert!(admitted * 10 >= LIMIT * 8, "only {admitted} of {LIMIT} admitted");
+}
+
+#[test]
+fn on_a_redis_cluster_two_leasing_gateways_admit_no_more_than_its_limit() {
+    const LIMIT: u64 = 2_000;
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let list: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    let config = fleet_config(&urls[0], LIMIT, "1h", "auto", "")
+        .replace(&format!("url = \"{}\"", urls[0]), &format!("urls = [{}]\ncluster = true", list.join(", ")));
+    assert!(config.contains("cluster = true"), "{config}");
+    let scripts = || cluster.nodes.iter().map(RedisServer::scripts_run).sum::<u64>();
+    let Run { sent, admitted, scripts, from_leases, .. } = run_on(&config, scripts, 2_500);
+    println!(
+        "Cluster, lease auto, limit {LIMIT}: {sent} requests, {admitted} admitted, {from_leases} from leases, {scripts} scripts"
+    );
+    assert!(sent > LIMIT * 2, "the load must exceed the limit: {sent} requests");
+    assert!(admitted <= LIMIT, "{admitted} admitted between the two, the limit is {LIMIT}");
+    assert!(admitted * 10 >= LIMIT * 8, "only {admitted} of {LIMIT} admitted");
+    assert!(from_leases >= admitted as f64 / 2.0, "{from_leases} of {admitted} admissions from leases");
 }
 
 #[test]
