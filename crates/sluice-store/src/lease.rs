@@ -206,18 +206,24 @@ impl LeasedStore {
     }
 
     /// Gives back the unspent units of every lease whose key has seen no request for
-    /// [`LeaseOptions::idle`] (the key leases again when its traffic comes back). A gateway
+    /// [`LeaseOptions::idle`] (the key leases again when its traffic comes back), and forgets
+    /// such keys (so the book holds the keys of the last `idle`, not every key ever seen up to
+    /// `max_keys`; a key the store had no room for is kept until its window ends). A gateway
     /// calls it every `idle` or so; the simulator as its log's time passes. Returns the units
     /// given back.
     pub async fn return_idle(&self) -> u64 {
         let now = self.clock.now();
         let idle: Vec<Lease> = {
             let mut book = self.book();
-            book.values_mut()
-                .filter(|e| !e.taking && now.saturating_sub(e.seen) >= self.options.idle)
+            let quiet = |e: &Entry| !e.taking && now.saturating_sub(e.seen) >= self.options.idle;
+            let leases = book
+                .values_mut()
+                .filter(|e| quiet(e))
                 .filter_map(|e| e.lease.take())
                 .filter(|l| now < l.expires && l.left > 0)
-                .collect()
+                .collect();
+            book.retain(|_, e| !quiet(e) || now < e.full_until);
+            leases
         };
         let mut returned = 0;
         for lease in &idle {
@@ -303,7 +309,8 @@ impl LeasedStore {
             let want = (per_second * self.options.cover as f64 / NANOS_PER_SEC as f64).ceil() as u64;
             (e.lease.take(), want.max(check.cost))
         };
-        if let Some(old) = old {
+        // A lease that ended with its window has nothing the store would take back.
+        if let Some(old) = old.filter(|l| now < l.expires) {
             self.give_back(&old).await;
         }
         let limit = self.inner.policies()[check.policy].policy.limit();
@@ -380,7 +387,9 @@ impl LeasedStore {
                     self.take(&checks[i], now).await;
                 }
                 if !wanted.is_empty()
-                    && let Ok(verdict) = self.try_local(checks, now)
+                    // The clock read again: a lease that ran out while the others were taken
+                    // is not spent.
+                    && let Ok(verdict) = self.try_local(checks, self.clock.now())
                 {
                     self.local.fetch_add(1, Ordering::Relaxed);
                     return Ok(Reported { verdict, degraded: None, answered: true });
@@ -641,6 +650,29 @@ mod tests {
         // b gets the whole rest of the hour's 1,000: nothing is stranded with a.
         let by_b = (0..1_000).filter(|_| block_on(b.decide(&hot, None)).unwrap().allowed).count() as u64;
         assert_eq!(300 + by_b + b.held(), 1_000);
+    }
+
+    #[test]
+    fn the_book_forgets_quiet_keys_so_new_keys_still_lease_past_max_keys() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = shared(1_000_000, &clock);
+        let options = LeaseOptions { min_rate: 0.0, max_keys: 10, ..LeaseOptions::default() };
+        let leased = LeasedStore::new(store.clone(), vec![true, true], options, clock.clone());
+        // Ten keys fill the book; a second later they are quiet and forgotten.
+        for k in 0..10 {
+            block_on(leased.decide(&[Check { policy: 0, key: key(k), cost: 1 }], None)).unwrap();
+        }
+        clock.advance(NANOS_PER_SEC);
+        block_on(leased.return_idle());
+        // Ten new keys lease (min_rate 0: from their first request), both requests of each
+        // admitted from its lease; with the book still full, every one would go to the store.
+        let before = leased.admitted_locally();
+        for k in 10..20 {
+            let check = [Check { policy: 0, key: key(k), cost: 1 }];
+            block_on(leased.decide(&check, None)).unwrap();
+            block_on(leased.decide(&check, None)).unwrap();
+        }
+        assert_eq!(leased.admitted_locally() - before, 20, "new keys lease once quiet ones are forgotten");
     }
 
     /// What a run did: per instance, a request's key and cost, time moved, or the instance
