@@ -570,6 +570,9 @@ pub struct TimeoutsOverride {
 }
 
 impl TimeoutsOverride {
+    /// A table that sets no stage: a request without a route's `timeouts`.
+    pub const NONE: Self = Self { connect: None, first_byte: None, idle: None };
+
     /// `base` with the stages set here in place of its own.
     pub fn over(&self, base: StageTimeouts) -> StageTimeouts {
         StageTimeouts {

@@ -37,9 +37,6 @@ use crate::tunnel::{ClientUpgrade, Tunnel};
 use crate::upstreams::health::HealthBook;
 use crate::upstreams::{Group, Upstreams};
 
-/// A request no route's `timeouts` bound: its upstream's own.
-static NO_OVERRIDE: TimeoutsOverride = TimeoutsOverride { connect: None, first_byte: None, idle: None };
-
 /// One loaded configuration and everything derived from it.
 pub struct InForce {
     /// The configuration.
@@ -392,7 +389,7 @@ impl Face for Proxied<'_> {
             (Some(group), Some(body)) => {
                 let hash = self.balance_hash(group, head.method.as_str(), head.uri.path(), &head.headers, at.name());
                 let req = Request::from_parts(head, body);
-                let timeouts = Self::route(loaded, at).map_or(&NO_OVERRIDE, |r| &r.timeouts);
+                let timeouts = Self::route(loaded, at).map_or(&TimeoutsOverride::NONE, |r| &r.timeouts);
                 let (res, target) =
                     group.forward(req, self.client, &loaded.forwarding, hash, timeouts, self.noted.is_some()).await;
                 self.note_target(target);
@@ -418,7 +415,14 @@ impl Face for Proxied<'_> {
                 let hash = self.balance_hash(group, head.method.as_str(), head.uri.path(), &head.headers, "");
                 let req = Request::from_parts(head, body);
                 let (res, target) = group
-                    .forward(req, self.client, &self.loaded.forwarding, hash, &NO_OVERRIDE, self.noted.is_some())
+                    .forward(
+                        req,
+                        self.client,
+                        &self.loaded.forwarding,
+                        hash,
+                        &TimeoutsOverride::NONE,
+                        self.noted.is_some(),
+                    )
                     .await;
                 self.note_target(target);
                 res
@@ -593,7 +597,7 @@ impl Handler for Gateway {
                 Some(group) if !crate::cors::Asked::answered_here(&loaded.config) => {
                     let (head, body) = req.into_parts();
                     let body = ReplayBody::untouched(loaded.body_watch.watch(body));
-                    let timeouts = route.map_or(&NO_OVERRIDE, |r| &r.timeouts);
+                    let timeouts = route.map_or(&TimeoutsOverride::NONE, |r| &r.timeouts);
                     let req = Request::from_parts(head, body);
                     group.forward(req, &client, &loaded.forwarding, 0, timeouts, false).await.0
                 }

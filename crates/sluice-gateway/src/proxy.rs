@@ -9,7 +9,7 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use http_body_util::Either;
 
-use sluice_config::{ForwardedHeader, TimeoutsOverride, UnderscoreHeaders};
+use sluice_config::{ForwardedHeader, StageTimeouts, TimeoutsOverride, UnderscoreHeaders};
 use sluice_http::identity::Client;
 use sluice_http::meter::Metered;
 use sluice_upstream::hop_by_hop::strip_hop_by_hop;
@@ -46,7 +46,7 @@ pub struct Upstream {
     /// How long a request may wait to connect (then 502), for the response head (then 504) and
     /// inside the response body (then the client's connection is cut), unless its route says
     /// otherwise.
-    timeouts: Timeouts,
+    timeouts: StageTimeouts,
     /// How a connection is opened: TCP, or TLS for an `https://` upstream (asking for HTTP/1.1:
     /// the connector of WebSocket tunnels, and of the pools unless `http2`).
     connect: AnyConnect,
@@ -93,7 +93,8 @@ impl Upstream {
     /// A client for `url` (`http://host:port`), waiting at most `timeout` to connect, for
     /// response headers and, inside a response body, for its next bytes.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, GatewayError> {
-        Self::with_tls(url, timeout.into(), None, None)
+        let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        Self::with_tls(url, StageTimeouts::all(nanos), None, None)
     }
 
     /// The same upstream spoken to in HTTP/2 (`[upstream] http2 = true`).
@@ -104,19 +105,13 @@ impl Upstream {
     /// [`Upstream::new`] for the `[upstream]` of a configuration: an `https://` one checked
     /// against its `ca` (or the system's roots), with its client certificate if it has one.
     pub fn of_config(u: &sluice_config::Upstream) -> Result<Self, GatewayError> {
-        let t = u.timeouts;
-        let timeouts = Timeouts {
-            connect: Duration::from_nanos(t.connect),
-            first_byte: Duration::from_nanos(t.first_byte),
-            idle: Duration::from_nanos(t.idle),
-        };
-        let upstream = Self::with_tls(&u.url, timeouts, u.ca.as_deref(), u.client_cert.as_ref())?;
+        let upstream = Self::with_tls(&u.url, u.timeouts, u.ca.as_deref(), u.client_cert.as_ref())?;
         Ok(if u.http2 { upstream.speaking_http2() } else { upstream })
     }
 
     fn with_tls(
         url: &str,
-        timeouts: Timeouts,
+        timeouts: StageTimeouts,
         ca: Option<&std::path::Path>,
         client_cert: Option<&sluice_config::TlsPair>,
     ) -> Result<Self, GatewayError> {
@@ -171,18 +166,16 @@ impl Upstream {
     /// let stall is answered 400 or 408 (see [`ClientBodyError`]): the upstream request was
     /// aborted and its connection closed, never reused, whatever part of the body it received.
     pub async fn forward(&self, req: Request<ReplayBody>, client: &Client, forwarding: &Forwarding) -> Response<Body> {
-        let unchanged = TimeoutsOverride::default();
-        self.send(req, client, forwarding, &unchanged).await.unwrap_or_else(|failed| failed.answer)
+        self.send(req, client, forwarding, &TimeoutsOverride::NONE).await.unwrap_or_else(|failed| failed.answer)
     }
 
     /// The timeouts of a request whose route sets `route`'s (over this upstream's).
     fn timeouts(&self, route: &TimeoutsOverride) -> Timeouts {
-        let own = self.timeouts;
-        let at = |set: Option<u64>, own: Duration| set.map_or(own, Duration::from_nanos);
+        let t = route.over(self.timeouts);
         Timeouts {
-            connect: at(route.connect, own.connect),
-            first_byte: at(route.first_byte, own.first_byte),
-            idle: at(route.idle, own.idle),
+            connect: Duration::from_nanos(t.connect),
+            first_byte: Duration::from_nanos(t.first_byte),
+            idle: Duration::from_nanos(t.idle),
         }
     }
 
@@ -371,7 +364,8 @@ impl Upstream {
             return e.answer();
         }
         forwarding.apply(&mut parts.headers, client);
-        crate::tunnel::open(&self.connect, parts, upgrade.0, self.timeouts.first_byte, idle).await
+        let first_byte = Duration::from_nanos(self.timeouts.first_byte);
+        crate::tunnel::open(&self.connect, parts, upgrade.0, first_byte, idle).await
     }
 }
 

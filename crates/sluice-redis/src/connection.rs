@@ -77,8 +77,8 @@ fn changing_hands(e: &RedisError) -> bool {
 }
 
 /// A command off the hot path (`PING`, `CONFIG GET`, `AUTH`) on a lean connection: written and
-/// read by redis-rs's own encoder and parser.
-async fn lean_query(conn: &LeanConn, cmd: &Cmd) -> RedisResult<Value> {
+/// read by redis-rs's own encoder and parser (an error reply is a value: see [`Conn::query`]).
+pub(crate) async fn lean_query(conn: &LeanConn, cmd: &Cmd) -> RedisResult<Value> {
     conn.request(|out| cmd.write_packed_command(out), redis::parse_redis_value).await?
 }
 

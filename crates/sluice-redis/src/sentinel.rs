@@ -189,12 +189,24 @@ impl Shared {
     async fn round(&self, conns: &mut [Option<LeanConn>]) {
         let asked = conns.iter_mut().zip(&self.at).map(|(conn, (host, port))| self.ask(conn, host, *port)).collect();
         let answers = gather(asked, GRACE, ROUND_LIMIT).await;
+        // A Sentinel that did not answer in time had its question dropped half-way: its
+        // connection is made anew next round, not left holding the abandoned request.
+        for (conn, answer) in conns.iter_mut().zip(&answers) {
+            if answer.is_none() {
+                *conn = None;
+            }
+        }
         let best =
             answers.iter().filter_map(|a| a.as_ref()?.as_ref().ok()).fold(None, |best: Option<&(Address, u64)>, a| {
                 if best.is_some_and(|b| b.1 >= a.1) { best } else { Some(a) }
             });
         let mut known = lock(&self.known);
         match best {
+            // An answer older than the primary known (a Sentinel that has not yet seen a
+            // failover answered alone) never takes sluice back to the old primary.
+            Some((_, epoch)) if known.primary.as_ref().is_some_and(|(_, known)| known > epoch) => {
+                known.error = None;
+            }
             Some((primary, epoch)) => {
                 if known.primary.as_ref().is_none_or(|(p, _)| p != primary) {
                     self.generation.fetch_add(1, Ordering::AcqRel);
@@ -272,7 +284,7 @@ impl Shared {
 
 /// One command on a lean connection, written and read by redis-rs; an error reply is `Err`.
 async fn query(conn: &LeanConn, cmd: &redis::Cmd) -> RedisResult<Value> {
-    conn.request(|out| cmd.write_packed_command(out), redis::parse_redis_value).await??.extract_error()
+    crate::connection::lean_query(conn, cmd).await?.extract_error()
 }
 
 /// Polls every future on the calling task until all are done, or `grace` after the first

@@ -195,7 +195,7 @@ pub(super) fn route(
         .map(|c| super::cors::origins(c.allow_origins).map_err(|m| err("cors", format!("allow_origins: {m}"))))
         .transpose()?;
     let timeouts = match r.timeouts {
-        None => TimeoutsOverride::default(),
+        None => TimeoutsOverride::NONE,
         Some(t) => super::upstream::timeouts(t).map_err(|(stage, m)| {
             src.error(Some(src.field_line(span, stage)), format!("route[{i}].timeouts.{stage}"), m)
         })?,
