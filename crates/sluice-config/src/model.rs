@@ -737,7 +737,7 @@ impl Loosen {
 
 impl Config {
     /// Per policy, by index: whether an instance takes quota leases of its keys (`lease =
-    /// "auto"`; validation allows it only on fixed windows over Redis). The gateway's stores and
+    /// "auto"`; validation allows it only on fixed windows and policing buckets over Redis). The gateway's stores and
     /// the simulator's instances both lease by it.
     pub fn leased_policies(&self) -> Vec<bool> {
         self.policies.iter().map(|p| p.lease).collect()

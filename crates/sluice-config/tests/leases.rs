@@ -1,4 +1,5 @@
-//! `lease = "auto"` (quota leases for hot keys): accepted on a fixed window over a Redis store,
+//! `lease = "auto"` (quota leases for hot keys): accepted on a fixed window and a policing bucket
+//! over a Redis store,
 //! refused, with the file, line, field and why, everywhere it could not keep its promise.
 
 use sluice_config::parse;
@@ -22,15 +23,26 @@ fn a_fixed_window_on_redis_takes_leases() {
 }
 
 #[test]
+fn a_token_bucket_and_a_policing_leaky_bucket_take_leases() {
+    let bucket = "algorithm = \"token-bucket\"\ncapacity = 100\nrefill_per_second = 10";
+    assert!(parse("ok.toml", &format!("{REDIS}{}", policy(bucket, "auto"))).unwrap().policies[0].lease);
+    let police = "algorithm = \"leaky-bucket\"\ncapacity = 100\nrate_per_second = 10";
+    assert!(parse("ok.toml", &format!("{REDIS}{}", policy(police, "auto"))).unwrap().policies[0].lease);
+    let named = "algorithm = \"leaky-bucket\"\ncapacity = 100\nrate_per_second = 10\nmode = \"police\"";
+    assert!(parse("ok.toml", &format!("{REDIS}{}", policy(named, "auto"))).unwrap().policies[0].lease);
+}
+
+#[test]
 fn leases_are_refused_where_they_could_not_be_exact_or_would_do_nothing() {
     let refused = |text: &str| parse("bad.toml", text).unwrap_err().to_string();
     // The memory store: nothing shared to lease from.
     let e = refused(&policy(FIXED, "auto"));
     assert!(e.starts_with("bad.toml:6: policy[0].lease:") && e.contains("memory store"), "{e}");
-    // Buckets refill while units are held; sliding windows would let units leave early.
-    let bucket = "algorithm = \"token-bucket\"\ncapacity = 100\nrefill_per_second = 10";
-    let e = refused(&format!("{REDIS}{}", policy(bucket, "auto")));
-    assert!(e.starts_with("bad.toml:14: policy[0].lease:") && e.contains("refills"), "{e}");
+    // A shaping bucket delays what a lease would admit at once; sliding windows would let units
+    // leave early.
+    let shaping = "algorithm = \"leaky-bucket\"\ncapacity = 100\nrate_per_second = 10\nmode = \"shape\"";
+    let e = refused(&format!("{REDIS}{}", policy(shaping, "auto")));
+    assert!(e.starts_with("bad.toml:15: policy[0].lease:") && e.contains("shapes"), "{e}");
     let sliding = "algorithm = \"sliding-window\"\nlimit = 100\nwindow = \"1m\"";
     let e = refused(&format!("{REDIS}{}", policy(sliding, "auto")));
     assert!(e.contains("policy[0].lease:") && e.contains("cannot be leased exactly"), "{e}");

@@ -50,7 +50,7 @@ pub struct LimitComparison {
     pub route: String,
     /// The policy's name.
     pub policy: String,
-    /// Whether its policy is leased (`lease = "auto"` on a fixed window).
+    /// Whether its policy is leased (`lease = "auto"` on a fixed window or a policing bucket).
     pub leased: bool,
     /// Requests it decided in the run with leases.
     pub requests: u64,

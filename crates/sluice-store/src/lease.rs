@@ -1,18 +1,29 @@
-//! Quota leases for hot keys of fixed-window policies, over any shared [`Store`]: an instance
-//! takes `k` units of a key's window from the store in one call (a charge of `k`, made only
-//! when the window has room for it), admits that key's requests from them in memory, and gives
-//! back what it did not spend (a settlement) when the lease ends.
+//! Quota leases for hot keys, over any shared [`Store`]: an instance takes `k` units of a key's
+//! budget from the store in one call, admits that key's requests from them in memory, and gives
+//! back what it did not spend when the lease ends.
 //!
-//! **Never above the limit.** The store's count includes every unit any lease may still spend:
-//! a unit is counted when it is leased, so whatever the instances do with their units, the
-//! window admits at most its limit. A lease ends no later than its window: the store says how
-//! long the window has left when the lease is taken, and the instance stops spending that long
-//! after it *sent* the request (the store read its clock later). An instance that dies holding
-//! a lease loses its units until the window ends: under-admission, never over.
+//! **Fixed windows.** A lease is a charge of `k` to the window, made only when the window has
+//! room for it; giving back is a settlement of that charge. The store's count includes every
+//! unit any lease may still spend: a unit is counted when it is leased, so whatever the
+//! instances do with their units, the window admits at most its limit. A lease ends no later
+//! than its window: the store says how long the window has left when the lease is taken, and
+//! the instance stops spending that long after it *sent* the request (the store read its clock
+//! later). An instance that dies holding a lease loses its units until the window ends:
+//! under-admission, never over.
 //!
-//! **Which policies.** Fixed windows only, for now (`lease = "auto"` on another policy is
-//! refused by the configuration): a token bucket needs the store to keep outstanding units out
-//! of the refill (docs/src/scaling.md), and sliding logs and windows cannot be leased exactly.
+//! **Buckets** (a token bucket, a leaky bucket that polices). A charge would not do: the bucket
+//! refills while the instance holds the units, and could admit them again beside the lease. A
+//! lease is a *hold* instead ([`Store::hold`]): the store sets the units apart from what every
+//! other decision of the key sees, they do not refill while held, and giving back releases the
+//! hold and charges what was spent, then. The tokens in the bucket plus the units held never
+//! exceed the capacity, grow only by the refill, and every admission, from the store or from a
+//! lease, takes one: at most `capacity + rate x (b - a)` in any interval `[a, b]`, the
+//! bucket's own bound. A hold lives [`LeaseOptions::life`] at most; one its instance never
+//! gave back (it died) counts as wholly spent then.
+//!
+//! **Which policies.** Fixed windows and policing buckets; `lease = "auto"` on another policy
+//! is refused by the configuration: sliding logs and windows cannot be leased exactly, and a
+//! shaping bucket delays what a lease would admit at once (docs/src/scaling.md).
 //!
 //! **When.** A key takes leases once its local rate reaches `min_rate`; each lease covers about
 //! `cover` of that rate, within what the window holds. A key that sees no request for `idle`
@@ -48,7 +59,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sluice_core::{Clock, Decision, NANOS_PER_SEC, Nanos, Policy};
+use sluice_core::{Clock, Decision, LeakMode, NANOS_PER_SEC, Nanos, Policy};
 
 use crate::key::KeyHash;
 use crate::store::{
@@ -76,21 +87,38 @@ pub struct LeaseOptions {
     /// [`LeasedStore::return_idle`] (else a key whose traffic stops holds its units until its
     /// window ends: an hour-long window could lose a lease's worth for the hour).
     pub idle: Nanos,
+    /// How long a bucket's lease lives at most ([`Store::hold`]): units it has not given back
+    /// by then count as spent. Longer than `idle`, so that a quiet key's lease is given back
+    /// before that.
+    pub life: Nanos,
 }
 
 impl Default for LeaseOptions {
     fn default() -> Self {
-        Self { min_rate: 50.0, cover: NANOS_PER_SEC / 10, max_keys: 10_000, deny_when_full: false, idle: NANOS_PER_SEC }
+        Self {
+            min_rate: 50.0,
+            cover: NANOS_PER_SEC / 10,
+            max_keys: 10_000,
+            deny_when_full: false,
+            idle: NANOS_PER_SEC,
+            life: 2 * NANOS_PER_SEC,
+        }
     }
 }
 
 /// A lease held by this instance.
 #[derive(Debug, Clone)]
 struct Lease {
-    /// The charge the store made for it (its cost: the units granted).
+    /// The charge the store made for it, or the units it holds (its cost: the units granted).
     check: Check,
     /// When the store made it (what giving units back names).
     charged_at: Nanos,
+    /// A bucket's lease: the store's id of its hold ([`Store::hold`]); `None` for a window's
+    /// lease, which is a charge.
+    hold: Option<u64>,
+    /// When the key's limit is whole again, as the store said when the lease was taken (this
+    /// instance's clock).
+    reset_at: Nanos,
     /// Units not yet spent.
     left: u64,
     /// On this instance's clock: spend nothing from then on.
@@ -140,11 +168,11 @@ impl Entry {
     }
 }
 
-/// A shared store whose hot keys of fixed-window policies are decided from leases (see the
-/// module documentation).
+/// A shared store whose hot keys of fixed-window and bucket policies are decided from leases
+/// (see the module documentation).
 pub struct LeasedStore {
     inner: Arc<dyn Store>,
-    /// Per policy: leased (`lease = "auto"` on a fixed window).
+    /// Per policy: leased (`lease = "auto"` on a fixed window or a policing bucket).
     leased: Vec<bool>,
     options: LeaseOptions,
     /// This instance's clock: rates and lease expiries.
@@ -163,8 +191,8 @@ impl std::fmt::Debug for LeasedStore {
 }
 
 impl LeasedStore {
-    /// `inner` with leases for the policies `leased` marks (by index; a policy that is not a
-    /// fixed window is never leased, whatever it says), timed on `clock`.
+    /// `inner` with leases for the policies `leased` marks (by index; a policy [`leasable`]
+    /// refuses is never leased, whatever it says), timed on `clock`.
     pub fn new(inner: Arc<dyn Store>, leased: Vec<bool>, options: LeaseOptions, clock: Arc<dyn Clock>) -> Self {
         let leased = inner
             .policies()
@@ -220,7 +248,7 @@ impl LeasedStore {
                 .values_mut()
                 .filter(|e| quiet(e))
                 .filter_map(|e| e.lease.take())
-                .filter(|l| now < l.expires && l.left > 0)
+                .filter(|l| now < l.expires && (l.left > 0 || l.hold.is_some()))
                 .collect();
             book.retain(|_, e| !quiet(e) || now < e.full_until);
             leases
@@ -272,7 +300,7 @@ impl LeasedStore {
                     allowed: true,
                     limit: lease.limit,
                     remaining: lease.remaining + lease.left,
-                    reset_after: lease.expires - now,
+                    reset_after: lease.reset_at.saturating_sub(now),
                     retry_after: 0,
                     delay: 0,
                 });
@@ -317,24 +345,12 @@ impl LeasedStore {
         let mut size = want.min(limit);
         let mut lease = None;
         let mut full_until = 0;
-        // At most twice: the size wanted, then what the window still holds.
+        // At most twice: the size wanted, then what the window (or bucket) still holds.
         for _ in 0..2 {
-            let charge = [Check { cost: size, ..*check }];
             self.store_calls.fetch_add(1, Ordering::Relaxed);
-            let Ok(v) = self.inner.decide(&charge, None).await else { break };
-            let d = v.decisions[0];
-            if v.allowed {
-                // Spend nothing past the window's end on the store's clock: `now` is when this
-                // instance asked, no later than when the store read its clock.
-                let expires = now.saturating_add(d.reset_after);
-                lease = Some(Lease {
-                    check: charge[0],
-                    charged_at: v.charged_at(0),
-                    left: size,
-                    expires,
-                    limit: d.limit,
-                    remaining: d.remaining,
-                });
+            let Some((granted, d)) = self.ask(check, size, now).await else { break };
+            if let Some(l) = granted {
+                lease = Some(l);
                 break;
             }
             if d.remaining < check.cost || d.remaining >= size {
@@ -361,9 +377,56 @@ impl LeasedStore {
         }
     }
 
-    /// Gives back a lease's unspent units: a settlement of its charge to what was spent (a
-    /// window that ended meanwhile is left alone by the store).
+    /// Asks the store for a lease of `size` units of `check`'s key, asked at `now`: a charge
+    /// of a window, a hold of a bucket. The lease when granted, and the store's decision; `None`
+    /// when the store could not answer.
+    async fn ask(&self, check: &Check, size: u64, now: Nanos) -> Option<(Option<Lease>, Decision)> {
+        let charge = Check { cost: size, ..*check };
+        let policy = &self.inner.policies()[check.policy].policy;
+        if holdable(policy) {
+            let h = self.inner.hold(&charge, self.options.life).await.ok()?;
+            let lease = h.granted.then(|| Lease {
+                check: charge,
+                charged_at: h.at,
+                hold: Some(h.id),
+                reset_at: now.saturating_add(h.decision.reset_after),
+                left: size,
+                // The store's life began when it read its clock, no earlier than `now`.
+                expires: now.saturating_add(self.options.life),
+                limit: h.decision.limit,
+                remaining: h.decision.remaining,
+            });
+            return Some((lease, h.decision));
+        }
+        let v = self.inner.decide(std::slice::from_ref(&charge), None).await.ok()?;
+        let d = v.decisions[0];
+        // Spend nothing past the window's end on the store's clock: `now` is when this instance
+        // asked, no later than when the store read its clock.
+        let lease = v.allowed.then(|| Lease {
+            check: charge,
+            charged_at: v.charged_at(0),
+            hold: None,
+            reset_at: now.saturating_add(d.reset_after),
+            left: size,
+            expires: now.saturating_add(d.reset_after),
+            limit: d.limit,
+            remaining: d.remaining,
+        });
+        Some((lease, d))
+    }
+
+    /// Gives back a lease's unspent units: a window's, a settlement of its charge to what was
+    /// spent (a window that ended meanwhile is left alone by the store); a bucket's, the release
+    /// of its hold, which charges what was spent (also when nothing is left: the hold's units
+    /// stay out of the bucket until then).
     async fn give_back(&self, lease: &Lease) {
+        if let Some(id) = lease.hold {
+            self.store_calls.fetch_add(1, Ordering::Relaxed);
+            // A hold not released ends with its life, counted as wholly spent: the strict
+            // direction.
+            let _ = self.inner.release(&lease.check, id, lease.check.cost - lease.left).await;
+            return;
+        }
         if lease.left == 0 {
             return;
         }
@@ -427,9 +490,21 @@ impl LeasedStore {
     }
 }
 
-/// Whether `policy` can be leased exactly here: a fixed window (calendar windows too).
+/// Whether `policy` can be leased exactly here: a fixed window (calendar windows too), or a
+/// bucket that polices ([`holdable`]).
 pub fn leasable(policy: &Policy) -> bool {
-    matches!(policy, Policy::FixedWindow(_))
+    matches!(policy, Policy::FixedWindow(_)) || holdable(policy)
+}
+
+/// Whether `policy` is a bucket whose units a store can hold for a lease ([`Store::hold`]): a
+/// token bucket, or a leaky bucket that polices (one that shapes delays requests, and a lease
+/// admits at once).
+pub fn holdable(policy: &Policy) -> bool {
+    match policy {
+        Policy::TokenBucket(_) => true,
+        Policy::LeakyBucket(b) => b.mode() == LeakMode::Police,
+        _ => false,
+    }
 }
 
 impl Store for LeasedStore {
@@ -503,7 +578,7 @@ mod tests {
     use crate::conformance::block_on;
     use crate::{MemoryOptions, MemoryStore};
     use proptest::prelude::*;
-    use sluice_core::{FixedWindow, ManualClock, TokenBucket};
+    use sluice_core::{FixedWindow, LeakyBucket, ManualClock, TokenBucket};
 
     const WINDOW: Nanos = NANOS_PER_SEC;
 
@@ -558,15 +633,78 @@ mod tests {
     }
 
     #[test]
-    fn a_token_bucket_is_never_leased() {
+    fn a_shaping_leaky_bucket_is_never_leased() {
         let clock = Arc::new(ManualClock::new(0));
-        let store = shared(1_000, &clock);
-        let leased = instance(&store, &clock, 0.0);
-        let bucket = [Check { policy: 1, key: key(2), cost: 1 }];
+        let shaping = LeakyBucket::new(100.0, 1_000, LeakMode::Shape { delay: 0 }).unwrap();
+        let policies = vec![NamedPolicy { name: "shaped".into(), policy: Policy::from(shaping) }];
+        let store = Arc::new(MemoryStore::new(policies, MemoryOptions::default(), clock.clone()));
+        let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
+        let leased = LeasedStore::new(store, vec![true], options, clock.clone());
+        let bucket = [Check { policy: 0, key: key(2), cost: 1 }];
         for _ in 0..100 {
             block_on(leased.decide(&bucket, None)).unwrap();
         }
         assert_eq!((leased.store_calls(), leased.admitted_locally()), (100, 0));
+    }
+
+    #[test]
+    fn a_hot_bucket_is_leased_and_its_held_units_are_nobody_elses() {
+        let clock = Arc::new(ManualClock::new(0));
+        // 100 tokens, one a second (policy 1).
+        let store = shared(100, &clock);
+        let a = instance(&store, &clock, 0.0);
+        let b = instance(&store, &clock, 0.0);
+        let bucket = [Check { policy: 1, key: key(3), cost: 1 }];
+        let by_a = (0..60).filter(|_| block_on(a.decide(&bucket, None)).unwrap().allowed).count() as u64;
+        assert_eq!(by_a, 60);
+        assert!(a.admitted_locally() > 40, "most from leases: {}", a.admitted_locally());
+        let held = a.held();
+        assert!(held > 0, "a holds units");
+        // b gets what neither a's admissions nor a's hold took.
+        let by_b = (0..100).filter(|_| block_on(b.decide(&bucket, None)).unwrap().allowed).count() as u64;
+        assert_eq!(by_a + by_b + a.held() + b.held(), 100, "the bucket's capacity exactly");
+        // Ten seconds later: the holds ended with their life (two seconds), their units counted
+        // as spent; ten tokens came back, and no more.
+        clock.advance(10 * NANOS_PER_SEC);
+        assert_eq!(a.held(), 0);
+        let c = instance(&store, &clock, 1_000.0); // never leases: every request to the store
+        let by_c = (0..100).filter(|_| block_on(c.decide(&bucket, None)).unwrap().allowed).count() as u64;
+        assert_eq!(by_c, 10);
+    }
+
+    #[test]
+    fn a_hold_given_back_charges_what_was_spent_and_one_never_given_back_all_of_it() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = shared(100, &clock);
+        let bucket = [Check { policy: 1, key: key(4), cost: 1 }];
+        let c = instance(&store, &clock, 1_000.0); // the store's view, request by request
+        // a spends 10 of its lease and goes quiet: after `idle` it gives the rest back.
+        let options = LeaseOptions { min_rate: 0.0, cover: 20 * NANOS_PER_SEC, ..LeaseOptions::default() };
+        let a = LeasedStore::new(store.clone(), vec![true, true], options, clock.clone());
+        for _ in 0..10 {
+            assert!(block_on(a.decide(&bucket, None)).unwrap().allowed);
+        }
+        assert!(a.held() > 0);
+        clock.advance(NANOS_PER_SEC);
+        assert!(block_on(a.return_idle()) > 0);
+        assert_eq!(a.held(), 0);
+        // The 10 spent are charged when given back, a second after they were admitted: the
+        // bucket was full meanwhile, so that second refilled nothing (the price of a lease).
+        let left = (0..200).filter(|_| block_on(c.decide(&bucket, None)).unwrap().allowed).count();
+        assert_eq!(left, 90);
+        // An instance that dies holding units: they count as spent when its hold's life ends.
+        clock.advance(100 * NANOS_PER_SEC);
+        let dead = LeasedStore::new(store.clone(), vec![true, true], options, clock.clone());
+        for _ in 0..10 {
+            assert!(block_on(dead.decide(&bucket, None)).unwrap().allowed);
+        }
+        let held = dead.held();
+        assert!(held > 0);
+        drop(dead);
+        clock.advance(options.life);
+        let after = (0..200).filter(|_| block_on(c.decide(&bucket, None)).unwrap().allowed).count() as u64;
+        // The whole hold charged at its end; the bucket was full all along, so nothing refilled.
+        assert_eq!(after, 100 - 10 - held);
     }
 
     #[test]
@@ -732,6 +870,54 @@ mod tests {
             }
             for ((k, w), n) in admitted {
                 prop_assert!(n <= limit, "key {k}, window {w}: {n} admitted, limit {limit}");
+            }
+        }
+
+        /// The same for a token bucket held by leases: in any interval `[a, b]`, the units
+        /// admitted by every instance together are at most `capacity + (b - a) / interval`, the
+        /// bucket's own bound.
+        #[test]
+        fn no_interval_admits_beyond_the_bucket_across_instances(
+            capacity in 1u64..40,
+            per_second in prop_oneof![Just(2.0), Just(10.0), Just(50.0)],
+            min_rate in prop_oneof![Just(0.0), Just(5.0)],
+            life in prop_oneof![Just(WINDOW / 4), Just(2 * WINDOW)],
+            steps in steps(),
+        ) {
+            let clock = Arc::new(ManualClock::new(0));
+            let bucket = TokenBucket::new(capacity, per_second).unwrap();
+            let interval = bucket.interval();
+            let policies = vec![NamedPolicy { name: "bucket".into(), policy: Policy::from(bucket) }];
+            let store = Arc::new(MemoryStore::new(policies, MemoryOptions::default(), clock.clone()));
+            let options = LeaseOptions { min_rate, life, ..LeaseOptions::default() };
+            let make = || LeasedStore::new(store.clone(), vec![true], options, clock.clone());
+            let mut instances: Vec<LeasedStore> = (0..4).map(|_| make()).collect();
+            let mut admitted: HashMap<u8, Vec<(Nanos, u64)>> = HashMap::new();
+            for step in steps {
+                match step {
+                    Step::Ask { instance, key: k, cost } => {
+                        let cost = cost.min(capacity);
+                        let checks = [Check { policy: 0, key: key(k), cost }];
+                        if block_on(instances[instance].decide(&checks, None)).unwrap().allowed {
+                            admitted.entry(k).or_default().push((clock.now(), cost));
+                        }
+                    }
+                    Step::Advance(d) => clock.advance(d),
+                    Step::Die(i) => instances[i] = make(),
+                    Step::ReturnIdle(i) => {
+                        block_on(instances[i].return_idle());
+                    }
+                }
+            }
+            for (k, times) in admitted {
+                for i in 0..times.len() {
+                    let mut sum = 0;
+                    for &(t, cost) in &times[i..] {
+                        sum += cost;
+                        let bound = capacity + (t - times[i].0) / interval;
+                        prop_assert!(sum <= bound, "key {k}: {sum} admitted from {} to {t}, bound {bound}", times[i].0);
+                    }
+                }
             }
         }
     }

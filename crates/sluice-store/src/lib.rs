@@ -34,13 +34,13 @@ mod memory;
 mod store;
 
 pub use key::{KeyHash, KeyHasher, is_key_name};
-pub use lease::{LeaseOptions, LeasedStore, leasable};
+pub use lease::{LeaseOptions, LeasedStore, holdable, leasable};
 pub use memory::{
     Boot, CONTINUE_WITHIN, FRESH_SCAN, FoldSize, LRU_SAMPLE, Loaded, MAX_FOLD_DEPTH, MemoryOptions, MemoryStore,
     Moment, PolicyRestore, PolicyStats, Restored, SNAPSHOT_VERSION, SnapshotError, UPTIME_RESOLUTION, WhenFull,
     Written,
 };
 pub use store::{
-    Check, Degraded, KeyStats, LeaseStats, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store,
+    Check, Degraded, Hold, HoldFuture, KeyStats, LeaseStats, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store,
     StoreError, StoreFuture, Verdict, validate_checks, validate_settles,
 };

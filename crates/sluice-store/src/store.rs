@@ -106,6 +106,21 @@ pub struct Settle {
     pub actual: u64,
 }
 
+/// What a store answered when asked to set a bucket's units apart for a lease
+/// ([`Store::hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    /// Whether the units were set apart (the bucket had room for them beside every hold).
+    pub granted: bool,
+    /// The store's name for the hold, which [`Store::release`] names (0 when refused).
+    pub id: u64,
+    /// The bucket's decision at the units: its capacity, what it leaves to others beside every
+    /// hold, and, when refused, how long until the units could be there.
+    pub decision: Decision,
+    /// When the store decided, on its clock.
+    pub at: Nanos,
+}
+
 /// What an instance's quota leases did, read when metrics are scraped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LeaseStats {
@@ -225,6 +240,9 @@ pub fn validate_settles(policies: &[NamedPolicy], settles: &[Settle]) -> Result<
 
 /// A boxed future returned by [`Store::settle`].
 pub type SettleFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+
+/// A boxed future returned by [`Store::hold`].
+pub type HoldFuture<'a> = Pin<Box<dyn Future<Output = Result<Hold, StoreError>> + Send + 'a>>;
 
 /// A boxed future returned by [`Store::decide`].
 pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, StoreError>> + Send + 'a>>;
@@ -378,6 +396,33 @@ pub trait Store: Send + Sync {
     fn now(&self) -> Option<Nanos> {
         None
     }
+
+    /// Sets `check.cost` units of a policing bucket (a token bucket, or a leaky bucket that
+    /// polices) apart for a quota lease that lives `life` from now on the store's clock: held
+    /// units are taken out of what every other decision of the key sees, and do not refill
+    /// while held. Granted when the bucket has room for them beside every hold (`max(tat, now)
+    /// + (units + held) x interval - now <= capacity x interval`). A hold not released by its end
+    /// counts as wholly spent then (`tat = max(tat, end) + units x interval`): an instance
+    /// that dies holding one under-admits, never over. The default, for a store that cannot,
+    /// is [`StoreError::Unsupported`].
+    ///
+    /// Why not a charge, as a fixed window's lease is: a charge refills while the lease holds
+    /// it, and a bucket that refilled beside units still unspent would admit them twice.
+    fn hold<'a>(&'a self, check: &'a Check, life: Nanos) -> HoldFuture<'a> {
+        let _ = (check, life);
+        let kind = self.kind();
+        Box::pin(std::future::ready(Err(StoreError::Unsupported { store: kind, what: "hold a bucket's units" })))
+    }
+
+    /// Ends hold `id` of `check.cost` units of `check`'s key, of which `spent` were admitted:
+    /// the units leave the hold and the spent ones are charged now (`tat = max(tat, now) +
+    /// spent x interval`). A hold that ended already (counted as spent) is left alone. The
+    /// default, for a store that cannot, is [`StoreError::Unsupported`].
+    fn release<'a>(&'a self, check: &'a Check, id: u64, spent: u64) -> SettleFuture<'a> {
+        let _ = (check, id, spent);
+        let kind = self.kind();
+        Box::pin(std::future::ready(Err(StoreError::Unsupported { store: kind, what: "release a hold" })))
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -435,5 +480,13 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn now(&self) -> Option<Nanos> {
         (**self).now()
+    }
+
+    fn hold<'a>(&'a self, check: &'a Check, life: Nanos) -> HoldFuture<'a> {
+        (**self).hold(check, life)
+    }
+
+    fn release<'a>(&'a self, check: &'a Check, id: u64, spent: u64) -> SettleFuture<'a> {
+        (**self).release(check, id, spent)
     }
 }

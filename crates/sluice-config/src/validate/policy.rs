@@ -67,15 +67,15 @@ pub(super) fn policy(
         let known = ALGORITHM_NAMES.join(", ");
         return Err(err("algorithm", format!("unknown algorithm `{}` ({known}, concurrency)", p.algorithm)));
     };
-    if let Some(why) = p.lease.as_ref().and(not_leased(kind)) {
+    if let Some(why) = p.lease.as_ref().and(not_leased(kind, p.mode.as_deref())) {
         return Err(err("lease", why.into()));
     }
     let allowed: &[&str] = match kind {
         AlgorithmKind::FixedWindow => &["limit", "window", "align", "timezone", "lease"],
         AlgorithmKind::SlidingWindow => &["limit", "window", "align", "timezone"],
         AlgorithmKind::SlidingLog => &["limit", "window"],
-        AlgorithmKind::TokenBucket => &["capacity", "refill_per_second"],
-        AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay"],
+        AlgorithmKind::TokenBucket => &["capacity", "refill_per_second", "lease"],
+        AlgorithmKind::LeakyBucket => &["rate_per_second", "capacity", "mode", "delay", "lease"],
     };
     if kind == AlgorithmKind::SlidingLog && (p.align.as_deref() == Some("calendar") || p.timezone.is_some()) {
         let field = if p.align.is_some() { "align" } else { "timezone" };
@@ -166,13 +166,15 @@ pub(super) fn policy(
     Ok(PolicyConfig { name: p.name, policy, shadow, soft, unit, lease, concurrency: false })
 }
 
-/// Why an algorithm takes no quota leases (`lease = "auto"`); `None` for a fixed window.
-fn not_leased(kind: AlgorithmKind) -> Option<&'static str> {
+/// Why an algorithm takes no quota leases (`lease = "auto"`); `None` for a fixed window, a
+/// token bucket and a leaky bucket that polices (`mode`, as written).
+fn not_leased(kind: AlgorithmKind, mode: Option<&str>) -> Option<&'static str> {
     match kind {
-        AlgorithmKind::FixedWindow => None,
-        AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket => Some(
-            "quota leases are built for fixed windows so far: a bucket refills while an instance holds its units, \
-             and leasing it exactly needs the store to keep leased units out of the refill (docs/src/scaling.md)",
+        AlgorithmKind::FixedWindow | AlgorithmKind::TokenBucket => None,
+        AlgorithmKind::LeakyBucket if mode.unwrap_or("police") == "police" => None,
+        AlgorithmKind::LeakyBucket => Some(
+            "a leaky bucket that shapes delays requests, and a lease admits at once: lease one that polices \
+             (mode = \"police\", the default) (docs/src/scaling.md)",
         ),
         AlgorithmKind::SlidingLog | AlgorithmKind::SlidingWindow => Some(
             "a sliding window cannot be leased exactly: units spent after they were leased would leave the window \

@@ -1,6 +1,7 @@
 //! The embedded store: sharded, bounded, and atomic across a request's several limits.
 
 mod counters;
+mod holds;
 mod layout;
 mod options;
 mod request;
@@ -19,8 +20,10 @@ use std::sync::atomic::Ordering;
 use sluice_core::{Clock, Decision, Nanos};
 
 use crate::key::KeyHasher;
+use crate::lease::holdable;
 use crate::store::{
-    Check, KeyStats, NamedPolicy, Reported, Settle, SettleFuture, Store, StoreError, StoreFuture, Verdict,
+    Check, Hold, HoldFuture, KeyStats, NamedPolicy, Reported, Settle, SettleFuture, Store, StoreError, StoreFuture,
+    Verdict, validate_checks,
 };
 use table::Table;
 
@@ -126,19 +129,13 @@ impl MemoryStore {
     /// Decides a request with a single check at `now`: the same decision as [`Self::decide_at`]
     /// with one check, without allocating a [`Verdict`]. For the hot path of one limit per request.
     pub fn decide_one_at(&self, check: &Check, now: Nanos) -> Result<Decision, StoreError> {
-        request::decide_single(self.table(check)?, check, || now).map(|(d, _)| d)
+        request::decide_single(&self.policies, &self.tables, check, || now).map(|(d, _)| d)
     }
 
     /// [`Self::decide_one_at`] at the store clock's `now`, read once the key's shard is locked
     /// (see [`Self::decide_now`]).
     pub fn decide_one_now(&self, check: &Check) -> Result<Decision, StoreError> {
-        request::decide_single(self.table(check)?, check, || self.clock.now()).map(|(d, _)| d)
-    }
-
-    /// The table a single check names. Its cost is checked by the algorithm itself, under the
-    /// lock, with the same error [`crate::store::validate_checks`] gives.
-    fn table(&self, check: &Check) -> Result<&Table, StoreError> {
-        self.tables.get(check.policy).map(|t| &**t).ok_or(StoreError::UnknownPolicy { index: 0, policy: check.policy })
+        request::decide_single(&self.policies, &self.tables, check, || self.clock.now()).map(|(d, _)| d)
     }
 
     /// Decides the checks of one request at the store clock's `now`, read once every shard the
@@ -300,6 +297,23 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// [`Store::hold`], at the store's clock.
+    fn hold_now(&self, check: &Check, life: Nanos) -> Result<Hold, StoreError> {
+        validate_checks(&self.policies, std::slice::from_ref(check))?;
+        let policy = &self.policies[check.policy].policy;
+        if !holdable(policy) {
+            return Err(StoreError::Unsupported {
+                store: "memory",
+                what: "hold units of a policy other than a policing bucket",
+            });
+        }
+        let table = &self.tables[check.policy];
+        let (id, decision, at) = holds::hold(table, policy.limit(), &check.key, check.cost, life, || self.clock.now());
+        Ok(Hold { granted: decision.allowed, id, decision, at })
+    }
+}
+
 impl Store for MemoryStore {
     fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
         let verdict = match at {
@@ -343,6 +357,17 @@ impl Store for MemoryStore {
 
     fn now(&self) -> Option<Nanos> {
         Some(self.clock.now())
+    }
+
+    fn hold<'a>(&'a self, check: &'a Check, life: Nanos) -> HoldFuture<'a> {
+        Box::pin(std::future::ready(self.hold_now(check, life)))
+    }
+
+    fn release<'a>(&'a self, check: &'a Check, id: u64, spent: u64) -> SettleFuture<'a> {
+        let released = validate_checks(&self.policies, std::slice::from_ref(check)).map(|()| {
+            holds::release(&self.tables[check.policy], &check.key, id, spent, || self.clock.now());
+        });
+        Box::pin(std::future::ready(released))
     }
 
     fn key_stats(&self) -> Vec<KeyStats> {

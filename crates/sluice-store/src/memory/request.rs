@@ -5,6 +5,7 @@ use std::sync::{Arc, MutexGuard};
 
 use sluice_core::{Decision, Nanos, Policy, State};
 
+use super::holds;
 use super::shard::{ShardError, ShardOps};
 use super::table::Table;
 use crate::key::KeyHash;
@@ -26,9 +27,9 @@ pub(crate) fn decide(
     match checks {
         [one] => {
             validate_checks(policies, checks)?;
-            decide_one(&tables[one.policy], one, now)
+            decide_one(policies, tables, one, now)
         }
-        _ => decide_many(policies, tables, checks, now, Charge::IfAllAdmit),
+        _ => decide_many(policies, tables, checks, now, Charge::IfAllAdmit, Holds::Mind),
     }
 }
 
@@ -40,7 +41,16 @@ pub(crate) fn peek(
     checks: &[Check],
     now: impl FnOnce() -> Nanos,
 ) -> Result<Verdict, StoreError> {
-    decide_many(policies, tables, checks, now, Charge::Never)
+    decide_many(policies, tables, checks, now, Charge::Never, Holds::Mind)
+}
+
+/// Whether [`decide_many`] looks for units held for leases ([`holds`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// Yes: a request with a check on a table with holds is decided by [`decide_holding`].
+    Mind,
+    /// No: [`decide_holding`] has them in hand.
+    Minded,
 }
 
 /// Whether [`decide_many`] charges the checks it decides.
@@ -58,17 +68,32 @@ fn full(table: &Table) -> StoreError {
 }
 
 /// The common case: one check, one shard, decided in place.
-fn decide_one(table: &Table, check: &Check, now: impl FnOnce() -> Nanos) -> Result<Verdict, StoreError> {
-    decide_single(table, check, now).map(|(d, at)| Verdict::at(d.allowed, vec![d], at))
+fn decide_one(
+    policies: &[NamedPolicy],
+    tables: &[Arc<Table>],
+    check: &Check,
+    now: impl FnOnce() -> Nanos,
+) -> Result<Verdict, StoreError> {
+    decide_single(policies, tables, check, now).map(|(d, at)| Verdict::at(d.allowed, vec![d], at))
 }
 
 /// One check, with no `Verdict` to allocate: its decision, and the time it was decided at.
+/// Its cost is checked by the algorithm itself, under the lock, with the same error
+/// [`validate_checks`] gives.
 pub(crate) fn decide_single(
-    table: &Table,
+    policies: &[NamedPolicy],
+    tables: &[Arc<Table>],
     check: &Check,
     now: impl FnOnce() -> Nanos,
 ) -> Result<(Decision, Nanos), StoreError> {
+    let table = tables.get(check.policy).ok_or(StoreError::UnknownPolicy { index: 0, policy: check.policy })?;
     let mut shard = table.lock(table.shard_of(&check.key));
+    // Read under the shard's lock: a first hold waits for this decision to end.
+    if table.holds.active() {
+        drop(shard);
+        let v = decide_holding(policies, tables, std::slice::from_ref(check), Box::new(now), Charge::IfAllAdmit)?;
+        return Ok((v.decisions[0], v.at));
+    }
     let now = now();
     match shard.decide_one(&check.key, now, check.cost) {
         Ok(d) => Ok((d, now)),
@@ -99,6 +124,7 @@ fn decide_many(
     checks: &[Check],
     now: impl FnOnce() -> Nanos,
     charge: Charge,
+    holds: Holds,
 ) -> Result<Verdict, StoreError> {
     validate_checks(policies, checks)?;
     if checks.is_empty() {
@@ -131,6 +157,11 @@ fn decide_many(
     groups.dedup_by_key(|g| (g.0, g.1));
     let mut guards: Vec<MutexGuard<'_, dyn ShardOps + 'static>> =
         groups.iter().map(|&(_, shard, policy)| tables[policy].lock(shard)).collect();
+    // Read under the shards' locks: a first hold waits for this decision to end.
+    if holds == Holds::Mind && groups.iter().any(|&(_, _, policy)| tables[policy].holds.active()) {
+        drop(guards);
+        return decide_holding(policies, tables, checks, Box::new(now), charge);
+    }
     let now = now();
     for (t, n) in targets.iter_mut().zip(&uses) {
         let table = &tables[t.policy];
@@ -191,6 +222,68 @@ fn decide_many(
     Ok(Verdict::at(allowed, decisions, now))
 }
 
+/// [`decide_many`] for a request with a check on a table with holds: under the holds locks of
+/// those tables (taken in table id order, before any shard's), each such check's key has its
+/// ended holds reaped, and is decided at its cost plus the units it holds (what it leaves to
+/// others beside them); then, when all admit and `charge` says so, charged its cost alone.
+fn decide_holding(
+    policies: &[NamedPolicy],
+    tables: &[Arc<Table>],
+    checks: &[Check],
+    // Boxed: the function and decide_many call each other, and a closure type per call would
+    // have no end.
+    now: Box<dyn FnOnce() -> Nanos + '_>,
+    charge: Charge,
+) -> Result<Verdict, StoreError> {
+    validate_checks(policies, checks)?;
+    let mut held_tables: Vec<(u64, usize)> =
+        checks.iter().filter(|c| tables[c.policy].holds.active()).map(|c| (tables[c.policy].id, c.policy)).collect();
+    held_tables.sort_unstable();
+    held_tables.dedup_by_key(|t| t.0);
+    let mut locks: Vec<_> = held_tables.iter().map(|&(_, p)| (p, tables[p].holds.lock())).collect();
+    let now = now();
+    // Per check: the units its key holds and when the first hold ends; the cost it is peeked at.
+    let mut beside = Vec::with_capacity(checks.len());
+    let mut at_held = checks.to_vec();
+    for (c, peeked) in checks.iter().zip(at_held.iter_mut()) {
+        let Some((_, keys)) = locks.iter_mut().find(|(p, _)| *p == c.policy) else {
+            beside.push(None);
+            continue;
+        };
+        holds::reap(&tables[c.policy], keys, &c.key, now);
+        let (held, first_end) = holds::held(keys, &c.key);
+        let capacity = policies[c.policy].policy.limit();
+        let within = c.cost + held <= capacity;
+        if within {
+            peeked.cost = c.cost + held;
+        }
+        beside.push(Some((held, first_end, capacity, within)));
+    }
+    let peek = decide_many(policies, tables, &at_held, || now, Charge::Never, Holds::Minded)?;
+    let decisions: Vec<Decision> = peek
+        .decisions
+        .iter()
+        .zip(&beside)
+        .map(|(&d, b)| match *b {
+            None => d,
+            Some((held, first_end, capacity, within)) => {
+                holds::beside(within.then_some(d), capacity, held, first_end, now)
+            }
+        })
+        .collect();
+    let allowed = decisions.iter().all(|d| d.allowed);
+    if !allowed || charge == Charge::Never {
+        return Ok(Verdict::at(allowed, decisions, now));
+    }
+    let charged = decide_many(policies, tables, checks, || now, Charge::IfAllAdmit, Holds::Minded)?;
+    if !charged.allowed {
+        // Not reached: a cost admitted beside the holds is admitted alone.
+        return Ok(charged);
+    }
+    drop(locks);
+    Ok(Verdict::at(true, decisions, now))
+}
+
 /// Settles `settles` at the time `now` gives, read under each key's shard lock. Each charge is
 /// settled on its own: a settlement decides nothing, so there is nothing to hold together.
 pub(crate) fn settle(
@@ -202,6 +295,8 @@ pub(crate) fn settle(
     validate_settles(policies, settles)?;
     for s in settles.iter().filter(|s| s.actual != s.check.cost) {
         let table = &tables[s.check.policy];
+        // A table with holds: no decision beside them between its look and its charge.
+        let _holds = table.holds.active().then(|| table.holds.lock());
         let mut shard = table.lock(table.shard_of(&s.check.key));
         // A refund that reads no clock (every algorithm but the sliding log) is given the
         // charge's own time: no clock read for it.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sluice_core::Policy;
 
 use super::counters::Counters;
+use super::holds::Holds;
 use super::layout::Stored;
 use super::options::{MAX_SHARDS, MemoryOptions};
 use super::shard::{Setup, Shard, ShardOps};
@@ -25,6 +26,8 @@ pub(crate) struct Table {
     mask: u64,
     pub(crate) max_keys: usize,
     pub(crate) counters: Arc<Counters>,
+    /// Units set apart for quota leases (a policing bucket's; empty for every other policy).
+    pub(crate) holds: Holds,
 }
 
 impl Table {
@@ -50,7 +53,14 @@ impl Table {
                 }
             })
             .collect();
-        Self { id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed), shards, mask: count as u64 - 1, max_keys, counters }
+        Self {
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
+            shards,
+            mask: count as u64 - 1,
+            max_keys,
+            counters,
+            holds: Holds::default(),
+        }
     }
 
     /// The shard `key` lives in: picked by the key's last 64 bits (the index hashes the first 64).
