@@ -144,6 +144,9 @@ struct Entry {
     /// The store had no room for a lease: none is asked again before then (its window's
     /// end), so a denied hot key costs the store one call a request, not two.
     full_until: Nanos,
+    /// The store could not answer a lease (down, or unable to hold units): none is asked again
+    /// before then, so an outage costs one store call a request, not two.
+    quiet_until: Nanos,
 }
 
 impl Entry {
@@ -318,6 +321,7 @@ impl LeasedStore {
             if let Some(e) = book.get_mut(&(c.policy, c.key))
                 && !e.taking
                 && now >= e.full_until
+                && now >= e.quiet_until
                 && e.rate() >= self.options.min_rate
             {
                 e.taking = true;
@@ -345,10 +349,14 @@ impl LeasedStore {
         let mut size = want.min(limit);
         let mut lease = None;
         let mut full_until = 0;
+        let mut quiet_until = 0;
         // At most twice: the size wanted, then what the window (or bucket) still holds.
         for _ in 0..2 {
             self.store_calls.fetch_add(1, Ordering::Relaxed);
-            let Some((granted, d)) = self.ask(check, size, now).await else { break };
+            let Some((granted, d)) = self.ask(check, size, now).await else {
+                quiet_until = now.saturating_add(self.options.idle);
+                break;
+            };
             if let Some(l) = granted {
                 lease = Some(l);
                 break;
@@ -367,6 +375,7 @@ impl LeasedStore {
                     e.taking = false;
                     e.lease = lease;
                     e.full_until = full_until;
+                    e.quiet_until = quiet_until;
                     None
                 }
                 None => lease,
@@ -670,6 +679,39 @@ mod tests {
         let c = instance(&store, &clock, 1_000.0); // never leases: every request to the store
         let by_c = (0..100).filter(|_| block_on(c.decide(&bucket, None)).unwrap().allowed).count() as u64;
         assert_eq!(by_c, 10);
+    }
+
+    /// A shared store that decides but cannot hold units (as a Redis store whose scripts are
+    /// older than holds would answer).
+    struct NoHolds(Arc<MemoryStore>);
+
+    impl Store for NoHolds {
+        fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+            self.0.decide(checks, at)
+        }
+        fn policies(&self) -> &[NamedPolicy] {
+            self.0.policies()
+        }
+        fn kind(&self) -> &'static str {
+            "no-holds"
+        }
+    }
+
+    #[test]
+    fn a_store_that_cannot_lease_is_asked_once_a_request_and_a_lease_again_after_idle() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = Arc::new(NoHolds(shared(1_000, &clock)));
+        let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
+        let leased = LeasedStore::new(store, vec![true, true], options, clock.clone());
+        let bucket = [Check { policy: 1, key: key(9), cost: 1 }];
+        for _ in 0..100 {
+            assert!(block_on(leased.decide(&bucket, None)).unwrap().allowed);
+        }
+        // One lease asked for and refused, then every request on its own.
+        assert_eq!((leased.store_calls(), leased.admitted_locally()), (101, 0));
+        clock.advance(options.idle);
+        block_on(leased.decide(&bucket, None)).unwrap();
+        assert_eq!(leased.store_calls(), 103, "asked again after idle");
     }
 
     #[test]
