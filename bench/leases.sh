@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Quota leases (`lease = "auto"`) against the per-request path, side by side in one run: four
 # `sluice serve` gateways on one Redis, each loaded by its own wrk, on two traffic shapes:
-#   hot   every request on one key (a limit shared by the whole fleet);
-#   zipf  keys drawn from 100,000 with a Zipf law (s = 1.1): a few hot keys, a long cold tail.
+#   hot     every request on one key (a fixed window shared by the whole fleet);
+#   bucket  the same on a token bucket (its leases are holds: units set apart in Redis);
+#   zipf    keys drawn from 100,000 with a Zipf law (s = 1.1): a few hot keys, a long cold tail.
 # For each: decisions a second (wrk's requests, summed over the four) and Redis scripts a second
 # (Redis's own INFO commandstats), with leases off and on. Limits the load never reaches: every
 # decision admits, so the figures are the deciding, not the denying.
@@ -50,6 +51,9 @@ for _ in $(seq 100); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sle
 cat > "$dir/hot.lua" <<'LUA'
 request = function() return wrk.format("GET", "/hot") end
 LUA
+cat > "$dir/bucket.lua" <<'LUA'
+request = function() return wrk.format("GET", "/bucket") end
+LUA
 cat > "$dir/zipf.lua" <<'LUA'
 local n, s = 100000, 1.1
 local cdf, total = {}, 0
@@ -82,6 +86,15 @@ algorithm = "fixed-window"
 limit = 1000000000
 window = "1m"
 lease = "$2"
+[[policy]]
+name = "bucket"
+algorithm = "token-bucket"
+capacity = 100000000
+refill_per_second = 1000000
+lease = "$2"
+[[route]]
+path = "/bucket"
+limits = [{ policy = "bucket", key = "const:everyone" }]
 [[route]]
 path = "/hot"
 limits = [{ policy = "fleet", key = "const:everyone" }]
@@ -123,7 +136,7 @@ measure() {
 }
 
 printf '%-34s %14s %14s %12s\n' "case (4 gateways, one Redis)" "decisions/s" "scripts/s" "per decision"
-for shape in hot zipf; do
+for shape in hot bucket zipf; do
   for lease in off auto; do
     read -r rps sps < <(measure "$lease" "$shape")
     printf '%-34s %14s %14s %12s\n' "$shape, lease = \"$lease\"" "$rps" "$sps" "$(awk -v a="$sps" -v b="$rps" 'BEGIN { printf "%.4f", a / b }')"
@@ -131,7 +144,7 @@ for shape in hot zipf; do
   done
 done
 echo
-for shape in hot zipf; do
+for shape in hot bucket zipf; do
   off=${shape}_off; on=${shape}_auto
   read -r r0 s0 <<<"${!off}"; read -r r1 s1 <<<"${!on}"
   printf '%s: leases give %sx the decisions a second and %sx fewer Redis scripts a decision\n' "$shape" \

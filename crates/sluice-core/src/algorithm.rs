@@ -45,6 +45,14 @@ pub trait Algorithm {
     /// algorithm says how much debt it can hold.
     fn overrun(&self, state: &mut Self::State, now: Nanos, cost: u64);
 
+    /// Charges `cost` at `at` without deciding and without the cap an overrun has: units a
+    /// quota lease held apart and spent (a store's hold, counted when it is released or ends),
+    /// which were admitted and must all be counted. The default is [`Algorithm::overrun`]; the
+    /// buckets, the only algorithms whose units are held, count them whole.
+    fn charge_held(&self, state: &mut Self::State, at: Nanos, cost: u64) {
+        self.overrun(state, at, cost);
+    }
+
     /// Settles a charge of `reserved` units admitted at `charged_at` at what the request
     /// really used, `actual`: the difference given back ([`Algorithm::refund`]) or charged
     /// ([`Algorithm::overrun`]).

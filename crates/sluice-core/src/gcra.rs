@@ -160,6 +160,11 @@ macro_rules! gcra_algorithm {
                 let owed = state.tat.max(now).saturating_add(cost.saturating_mul(m.interval));
                 state.tat = state.tat.max(owed.min(now.saturating_add(m.tau.saturating_mul(2))));
             }
+
+            /// `tat = max(tat, at) + cost × interval`.
+            fn charge_held(&self, state: &mut GcraState, at: Nanos, cost: u64) {
+                state.tat = state.tat.max(at).saturating_add(cost.saturating_mul(self.meter.interval));
+            }
         }
     };
 }

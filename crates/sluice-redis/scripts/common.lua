@@ -115,7 +115,7 @@ end
 
 -- Writes a state back, to expire when it would be fresh again, or deletes it when it is fresh
 -- now. kind: 1 fixed window {start, count}, 3 sliding window {start, prev, curr} (w: the
--- window), 4 GCRA {tat}.
+-- window). A GCRA state is written by gcra_save.
 local function save(key, kind, st, w)
   local fresh_in -- us until the state is fresh again
   if kind == 1 then
@@ -139,6 +139,159 @@ local function save(key, kind, st, w)
     redis.call('SET', key, table.concat(parts, ':'), 'PX', ttl_ms(fresh_in) + grace)
   else
     redis.call('DEL', key)
+  end
+end
+
+-- GCRA (token bucket, leaky bucket) state, with the holds of a policing bucket (quota leases:
+-- hold.lua sets units apart, decide.lua and settle.lua honour them).
+--
+-- A key that never had a hold stores `tat` alone (us), as it always has. A key that has had
+-- one stores `tat:held:next:earliest:latest` while its state lives: held, the units of its live
+-- holds; next, the last id given (each id is the one before plus one, or the time of its grant
+-- in us when that is later, so ids only grow, also across a state that expired and started
+-- again); earliest and latest, the first and the last end (us) of its live holds (0 when none).
+-- Its holds are in the hash `<key>:h`, field id -> `units:until` (us). The hash's name is the
+-- state's key with `:h` appended: a stored key ends with its `{hash}` tag, so both names hold
+-- the same first `{...}` and a Cluster puts them in the same slot. decide.lua and settle.lua
+-- derive that name here rather than declare it (their calls stay as they are for every key,
+-- and the hash is read only for a key whose state says it has holds); hold.lua declares both.
+--
+-- A hold ends at its until: not released by then, it counts as wholly spent then (reap). Expiry:
+-- a key with live holds is kept, hash too, until max(tat, latest) + held x interval, when its
+-- state would be fresh even with every hold reaped at its end; a key without live holds as any
+-- GCRA key, until tat (no hold of it lives then; its next ids start from the time).
+--
+-- The state as a table: {tat, held, next, earliest, latest}, with `gone`, the ids to delete
+-- from the hash when it is written, and `added`, a hold to record ({id, units, until}).
+
+-- A parsed state string: `tat`, or `tat:held:next:earliest:latest`; anything else is fresh.
+local function gcra_load(key)
+  local st = states[key]
+  if st then
+    return st
+  end
+  local v = redis.call('GET', key)
+  local tat = v and tonumber(v) -- a key without holds: one number
+  if tat then
+    return { tat, 0, 0, 0, 0 }
+  end
+  if v then
+    local parts, n = {}, 0
+    for part in string.gmatch(v, '[^:]+') do
+      n = n + 1
+      parts[n] = tonumber(part)
+    end
+    if n == 5 then
+      return parts
+    end
+  end
+  return { 0, 0, 0, 0, 0 }
+end
+
+-- The holds in `all` (the hash's HGETALL) but `skip`: those that ended by now, {id, units,
+-- until} each, and the units, first end and last end of the others.
+local function gcra_holds(all, skip)
+  local due = {}
+  local held, earliest, latest = 0, 0, 0
+  for i = 1, #all, 2 do
+    local id = tonumber(all[i])
+    local h = split(all[i + 1], 2)
+    if id and h and id ~= skip then
+      if h[2] <= now then
+        due[#due + 1] = { id, h[1], h[2] }
+      else
+        held = held + h[1]
+        if earliest == 0 or h[2] < earliest then
+          earliest = h[2]
+        end
+        if h[2] > latest then
+          latest = h[2]
+        end
+      end
+    end
+  end
+  return due, held, earliest, latest
+end
+
+-- Reaps the holds of `st` (in place) that ended by now, in order of their ends (of one end, of
+-- their ids): each charged whole at its end, tat = max(tat, until) + units x t. Reads the hash
+-- only when a hold has ended (now >= earliest). held, earliest and latest are then those of the
+-- holds left.
+local function gcra_reap(hkey, st, t)
+  if st[2] <= 0 or now < st[4] then
+    return
+  end
+  local due, held, earliest, latest = gcra_holds(redis.call('HGETALL', hkey), nil)
+  table.sort(due, function(x, y)
+    if x[3] ~= y[3] then
+      return x[3] < y[3]
+    end
+    return x[1] < y[1]
+  end)
+  local tat = st[1]
+  local gone = st.gone or {}
+  for _, h in ipairs(due) do
+    if tat < h[3] then
+      tat = h[3]
+    end
+    tat = tat + h[2] * t
+    gone[#gone + 1] = h[1]
+  end
+  st[1], st[2], st[4], st[5], st.gone = tat, held, earliest, latest, gone
+end
+
+-- Whole tokens left to others beside `held` units of holds, when `room` (us, tau less the
+-- backlog, and less the request's charge when admitted) is left in the bucket: never below 0.
+local function gcra_beside(room, t, held)
+  if room < 0 then
+    room = 0
+  end
+  local left = divmod(room, t) - held
+  if left < 0 then
+    return 0
+  end
+  return left
+end
+
+-- Writes a GCRA state back (interval t), with its holds' changes; deleted when fresh.
+local function gcra_save(key, hkey, st, t)
+  if st.gone and #st.gone > 0 then
+    redis.call('HDEL', hkey, unpack(st.gone))
+  end
+  local a = st.added
+  if a then
+    redis.call('HSET', hkey, fmt(a[1]), fmt(a[2]) .. ':' .. fmt(a[3]))
+  end
+  local tat, held = st[1], st[2]
+  if st[3] == 0 then
+    -- Never held: `tat` alone, as before holds existed.
+    if tat > now then
+      redis.call('SET', key, fmt(tat), 'PX', ttl_ms(tat - now) + grace)
+    else
+      redis.call('DEL', key)
+    end
+    return
+  end
+  local fresh_in = tat - now
+  if held > 0 then
+    local last = tat
+    if st[5] > last then
+      last = st[5]
+    end
+    fresh_in = last + held * t - now
+  end
+  -- A state whose last id is this microsecond's (or later) is kept a moment even when fresh:
+  -- deleted, the next hold granted in the same microsecond would take that id again.
+  if fresh_in > 0 or st[3] >= now then
+    local v = fmt(tat) .. ':' .. fmt(held) .. ':' .. fmt(st[3]) .. ':' .. fmt(st[4]) .. ':' .. fmt(st[5])
+    local ms = ttl_ms(fresh_in) + grace
+    redis.call('SET', key, v, 'PX', ms)
+    if held > 0 then
+      redis.call('PEXPIRE', hkey, ms)
+    end
+  else
+    redis.call('DEL', key)
+    redis.call('DEL', hkey) -- no hold lives; any record left is one that cannot be read
   end
 end
 

@@ -8,7 +8,8 @@
 --     2 sliding log     a = limit, b = window (us)
 --     3 sliding window  a = limit, b = window (us)
 --     4 GCRA bucket     a = capacity, b = interval (us per token), c = requests passed without
---                       delay when shaping, or -1 to police
+--                       delay when shaping, or -1 to police; the units a policing bucket holds
+--                       for quota leases (hold.lua; layout in common.lua) are not there to take
 --     5 calendar window a = limit, b = 0 (settle.lua's), c = `start:end:next`, the bounds (us) of
 --                       the caller's window and the next (common.lua's calendar_bounds)
 --     6 calendar sliding window  a = limit, b = `0:0` (settle.lua's), c =
@@ -161,17 +162,33 @@ local function sliding_window(key, limit, ps, ws, we, ne, cost)
   return allowed, remaining, reset, retry_us, retry_ns, 0
 end
 
--- GCRA (token bucket, leaky bucket): state {tat}.
+-- GCRA (token bucket, leaky bucket): state {tat, held, next, earliest, latest} (common.lua's
+-- gcra_load; a key without holds is {tat, 0, 0, 0, 0} and decides as it always has). The
+-- holds that ended by now are reaped first; then held units are taken out of what the request
+-- sees: admitted iff max(tat, now) + (cost + held) x t - now <= tau. A request that cannot fit
+-- beside the holds (cost + held > capacity) waits for the first hold's end. The holds reaped
+-- are written also when the request charges nothing (denied, or a peek): a settlement after
+-- it finds them reaped, as it would after an admission.
+-- Holds reaped are written even when nothing is charged (a denial, a peek): `reaped` keeps the
+-- state as the reap left it, before any charge.
+local reaped = {}
+
 local function gcra(key, capacity, t, free, cost)
-  local st = load(key, 1)
-  local tat = st[1]
+  local st = gcra_load(key)
+  if st[2] > 0 then
+    gcra_reap(key .. ':h', st, t) -- same slot as key: see common.lua
+    if st.gone and #st.gone > 0 and not reaped[key] then
+      reaped[key] = { st[1], st[2], st[3], st[4], st[5], gone = st.gone, t = t }
+    end
+  end
+  local tat, held_units = st[1], st[2]
   local tau = capacity * t
   local start = tat
   if start < now then
     start = now
   end
   local new_tat = start + cost * t
-  local allowed = new_tat - now <= tau
+  local allowed = new_tat + held_units * t - now <= tau
   local held = start - now
   if allowed then
     held = new_tat - now
@@ -183,17 +200,18 @@ local function gcra(key, capacity, t, free, cost)
       delay = 0
     end
   end
-  local room = tau - held
-  if room < 0 then
-    room = 0
-  end
-  local remaining = divmod(room, t)
+  local remaining = gcra_beside(tau - held, t, held_units)
   local retry = 0
   if not allowed then
-    retry = new_tat - now - tau
+    if cost + held_units > capacity then
+      retry = st[4] - now
+    else
+      retry = new_tat + held_units * t - now - tau
+    end
   end
   if allowed then
-    states[key], kinds[key] = { new_tat }, 4
+    st[1] = new_tat
+    states[key], kinds[key] = st, 4
   end
   return allowed, remaining, held, retry, 0, delay
 end
@@ -308,6 +326,7 @@ for i = 1, #KEYS do
     windows[key] = b
   elseif algo == 4 then
     allowed, remaining, reset, retry_us, retry_ns, delay = gcra(key, a, b, c, cost)
+    windows[key] = b
   else
     return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[base]))
   end
@@ -327,9 +346,15 @@ if all and ARGV[3 + 5 * #KEYS] ~= 'peek' then
   for key, kind in pairs(kinds) do
     if kind == 2 then
       commit_log(key)
+    elseif kind == 4 then
+      gcra_save(key, key .. ':h', states[key], windows[key])
     else
       save(key, kind, states[key], windows[key])
     end
+  end
+else
+  for key, st in pairs(reaped) do
+    gcra_save(key, key .. ':h', st, st.t)
   end
 end
 

@@ -69,10 +69,15 @@ local function sliding_window(key, limit, cs, ce, ps, ws, keep, back, over)
   save(key, 3, { start, prev, curr }, keep)
 end
 
--- GCRA {tat}: moved back by the units, never before the charge; or on, up to
--- now + 2 * capacity * t.
+-- GCRA {tat, ...}: moved back by the units, never before the charge; or on, up to
+-- now + 2 * capacity * t. A key's holds (common.lua) stay exactly as they are: none is reaped
+-- or changed here, and the state keeps them (and its expiry covers them).
 local function gcra(key, capacity, t, charged, back, over)
-  local tat = load(key, 1)[1]
+  local hkey = key .. ':h' -- same slot as key: see common.lua
+  local st = gcra_load(key)
+  -- Holds that ended are counted first, at their ends, as any other call on the key does.
+  gcra_reap(hkey, st, t)
+  local tat = st[1]
   if back > 0 then
     if tat > charged then
       tat = max(tat - back * t, charged)
@@ -80,7 +85,8 @@ local function gcra(key, capacity, t, charged, back, over)
   else
     tat = max(tat, min(max(tat, now) + over * t, now + 2 * capacity * t))
   end
-  save(key, 4, { tat }, 0)
+  st[1] = tat
+  gcra_save(key, hkey, st, t)
 end
 
 -- Sliding log: while the charge is in the window, removes `back` members stamped at charged or

@@ -18,6 +18,12 @@
 //!   by the core's `refund` and `overrun` rules in microseconds. A verdict names the time Redis
 //!   decided at (on a Cluster, each slot's node's own time, kept per check), which is what a
 //!   settlement names.
+//! - **Holds for quota leases.** [`RedisStore::hold_at`] and [`RedisStore::release_at`] (the
+//!   store's [`sluice_store::Store::hold`] and [`sluice_store::Store::release`]) set a policing
+//!   bucket's units apart for a lease and give them back, with a third script
+//!   (`scripts/hold.lua`), one call on the key's slot; the decision and settlement scripts see
+//!   the units held. A key without holds keeps its state as a single number; the layout of one
+//!   with holds is in `scripts/common.lua`.
 //! - **Exactly the core's decisions.** The script implements the five algorithms of sluice-core
 //!   rule for rule, in microseconds (Lua numbers are doubles: nanoseconds since the epoch do not
 //!   fit in 2^53, microseconds do for 285 years). Time comes from the Redis server (`TIME`), so
@@ -33,7 +39,9 @@
 //!   only active keys; the sliding log holds at most `limit` entries per key. Keys are
 //!   `prefix:policy:fingerprint:{hash}`: the fingerprint changes with the policy's algorithm or
 //!   parameters, so a reload never reads state written under others, and the hash is the keyed
-//!   [`sluice_store::KeyHash`]: no raw key reaches Redis.
+//!   [`sluice_store::KeyHash`]: no raw key reaches Redis. A bucket key with holds has a second
+//!   key, its name and `:h` (the same `{hash}` tag: the same Cluster slot), which lives as long
+//!   as the state does.
 //! - **Redis must not evict.** Under a `maxmemory-policy` other than `noeviction` (the Redis
 //!   default), Redis may evict keys that are still limited, which resets their limits (every
 //!   key has an expiry, so `volatile-*` policies pick them too). [`RedisStore::eviction_warning`]
@@ -110,7 +118,7 @@ pub use error::RedisStoreError;
 pub use memory_policy::{eviction_warning, policy_may_evict_limits};
 pub use options::{BreakerOptions, OnError, RedisOptions};
 pub use plan::{MAX_LIMIT, MAX_SPAN_MICROS};
-pub use script::{SCRIPT_SOURCE, SETTLE_SOURCE, script_sha, settle_sha};
+pub use script::{HOLD_SOURCE, SCRIPT_SOURCE, SETTLE_SOURCE, hold_sha, script_sha, settle_sha};
 pub use slot::key_slot;
 pub use stats::RedisStats;
 pub use store::{RedisStore, Source, SourcedVerdict};

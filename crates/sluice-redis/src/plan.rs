@@ -90,6 +90,12 @@ impl ScriptPolicy {
         }
     }
 
+    /// True for a bucket that polices (a token bucket, a policing leaky bucket): the only
+    /// policies whose units a quota lease may hold (`scripts/hold.lua`).
+    pub fn polices(&self) -> bool {
+        self.algorithm == GCRA && self.args[3] == "-1"
+    }
+
     /// The stored key of `key` under this policy.
     pub fn key(&self, key: &KeyHash) -> String {
         let mut k = Vec::with_capacity(self.key_len());

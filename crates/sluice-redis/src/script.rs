@@ -18,6 +18,10 @@ pub const SCRIPT_SOURCE: &str = concat!(include_str!("../scripts/common.lua"), i
 /// The Lua source of the settlement script (`scripts/common.lua` then `scripts/settle.lua`).
 pub const SETTLE_SOURCE: &str = concat!(include_str!("../scripts/common.lua"), include_str!("../scripts/settle.lua"));
 
+/// The Lua source of the hold script (`scripts/common.lua` then `scripts/hold.lua`): a policing
+/// bucket's units held for a quota lease, or a hold released.
+pub const HOLD_SOURCE: &str = concat!(include_str!("../scripts/common.lua"), include_str!("../scripts/hold.lua"));
+
 /// Values the script returns per check.
 const PER_CHECK: usize = 6;
 
@@ -31,6 +35,12 @@ pub fn script_sha() -> &'static str {
 pub fn settle_sha() -> &'static str {
     static SHA: OnceLock<String> = OnceLock::new();
     SHA.get_or_init(|| redis::Script::new(SETTLE_SOURCE).get_hash().to_string())
+}
+
+/// The hold script's SHA-1.
+pub fn hold_sha() -> &'static str {
+    static SHA: OnceLock<String> = OnceLock::new();
+    SHA.get_or_init(|| redis::Script::new(HOLD_SOURCE).get_hash().to_string())
 }
 
 /// Runs `script` by SHA-1 through `command(name, script)`, sending its source again if Redis has

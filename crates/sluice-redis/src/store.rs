@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use sluice_core::{Decision, Nanos, SystemClock};
 use sluice_store::{
-    Check, Degraded, KeyStats, MemoryStore, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store,
-    StoreError, StoreFuture, Verdict, validate_checks, validate_settles,
+    Check, Degraded, Hold, HoldFuture, KeyStats, MemoryStore, NamedPolicy, Reported, ReportedFuture, Settle,
+    SettleFuture, Store, StoreError, StoreFuture, Verdict, validate_checks, validate_settles,
 };
 
 use crate::breaker::{Admission, Breaker, BreakerState};
@@ -19,7 +19,7 @@ use crate::error::RedisStoreError;
 use crate::join::join_all;
 use crate::options::{OnError, RedisOptions};
 use crate::plan::{ScriptPolicy, plan};
-use crate::script::ScriptCall;
+use crate::script::{HOLD_SOURCE, ScriptCall, eval, hold_sha};
 use crate::slot::key_slot;
 use crate::stats::{Counters, RedisStats, bump};
 
@@ -443,10 +443,7 @@ impl RedisStore {
         check: impl Fn(&T) -> &Check,
         at: Option<Nanos>,
     ) -> Vec<ScriptCall<'a, T>> {
-        let (now, grace_ms) = match at {
-            Some(t) => (Some(t / 1000), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0)),
-            None => (None, 0),
-        };
+        let (now, grace_ms) = self.time_args(at);
         let call = |indices: Vec<usize>| ScriptCall { plans: &self.plans, items, indices, now, grace_ms, peek: false };
         if !self.options.cluster {
             return vec![call((0..items.len()).collect())];
@@ -483,6 +480,15 @@ impl RedisStore {
     pub async fn settle_charges(&self, settles: &[Settle], at: Option<Nanos>) -> Result<(), StoreError> {
         validate_settles(&self.policies, settles)?;
         validate_time(at)?;
+        // A charge settled at what it reserved changes nothing: no call for it (the memory
+        // store makes none either, so neither counts a key's ended holds on it).
+        let changed: Vec<Settle>;
+        let settles = if settles.iter().all(|s| s.actual != s.check.cost) {
+            settles
+        } else {
+            changed = settles.iter().filter(|s| s.actual != s.check.cost).copied().collect();
+            &changed
+        };
         if settles.is_empty() {
             return Ok(());
         }
@@ -506,6 +512,148 @@ impl RedisStore {
             result.map_err(|e| self.failure(e))?;
         }
         Ok(())
+    }
+
+    /// Sets `check.cost` units of `check`'s key apart for a quota lease that lives `life`
+    /// ([`Store::hold`], whose rules the hold script follows: `scripts/hold.lua`), at `at` (an
+    /// explicit time, as for [`RedisStore::decide_detailed`]) or on the Redis server's clock.
+    /// One call on the key's node, within the timeout and through the breaker; a failure is an
+    /// error (no failure mode holds units). Only a policing bucket's units are held: any other
+    /// policy is [`StoreError::Unsupported`]. `life` is rounded up to whole microseconds, and
+    /// bounded by [`crate::MAX_SPAN_MICROS`].
+    pub async fn hold_at(&self, check: &Check, life: Nanos, at: Option<Nanos>) -> Result<Hold, StoreError> {
+        self.hold_call_at(check, life, at, None).await
+    }
+
+    /// [`Store::renew`]: the release of hold `id` (`spent` of it admitted) and a new hold of
+    /// `check.cost` units, in one call of the hold script, at `at` or on the server's clock.
+    pub async fn renew_at(
+        &self,
+        check: &Check,
+        life: Nanos,
+        (id, spent): (u64, u64),
+        at: Option<Nanos>,
+    ) -> Result<Hold, StoreError> {
+        let hold = self.hold_call_at(check, life, at, Some((id, spent))).await?;
+        if let Some(cache) = &self.deny {
+            cache.forget(self.cached_as[check.policy], &check.key);
+        }
+        Ok(hold)
+    }
+
+    /// A hold, after the release of `releasing` (id, spent) when given.
+    async fn hold_call_at(
+        &self,
+        check: &Check,
+        life: Nanos,
+        at: Option<Nanos>,
+        releasing: Option<(u64, u64)>,
+    ) -> Result<Hold, StoreError> {
+        let plan = self.holding(check, at, "hold units of a policy other than a policing bucket")?;
+        let life_us = life.div_ceil(1000).min(crate::plan::MAX_SPAN_MICROS);
+        let mut op = vec![
+            if releasing.is_some() { "renew" } else { "hold" }.to_string(),
+            plan.args[1].clone(),
+            plan.args[2].clone(),
+            check.cost.to_string(),
+            life_us.to_string(),
+        ];
+        if let Some((id, spent)) = releasing {
+            op.extend([id.to_string(), spent.min(plan.limit).to_string()]);
+        }
+        let reply = self.guarded(self.hold_call(check, at, &op, 6)).await?;
+        let [now, granted, id, remaining, reset_after, retry_after] = reply[..] else {
+            return Err(StoreError::Unavailable("redis: the hold script answered the wrong number of values".into()));
+        };
+        let granted = granted == 1;
+        let decision = Decision {
+            allowed: granted,
+            limit: plan.limit,
+            remaining,
+            reset_after: reset_after.saturating_mul(1000),
+            retry_after: retry_after.saturating_mul(1000),
+            delay: 0,
+        };
+        Ok(Hold { granted, id, decision, at: now.saturating_mul(1000) })
+    }
+
+    /// Ends hold `id` of `check`'s key, of which `spent` units were admitted ([`Store::release`]:
+    /// the spent units, at most the hold's, are charged now; a hold that ended already is left
+    /// alone), at `at` or on the Redis server's clock: one call of the hold script on the key's
+    /// node, within the timeout and through the breaker. The deny cache forgets the key (units
+    /// came back).
+    pub async fn release_at(&self, check: &Check, id: u64, spent: u64, at: Option<Nanos>) -> Result<(), StoreError> {
+        let plan = self.holding(check, at, "release a hold of a policy other than a policing bucket")?;
+        let spent = spent.min(check.cost).min(plan.limit);
+        let op = ["release".to_string(), plan.args[1].clone(), plan.args[2].clone(), id.to_string(), spent.to_string()];
+        self.guarded(self.hold_call(check, at, &op, 2)).await?;
+        if let Some(cache) = &self.deny {
+            cache.forget(self.cached_as[check.policy], &check.key);
+        }
+        Ok(())
+    }
+
+    /// The plan of a check that may hold units: a valid check, a valid time, a policing bucket.
+    fn holding(&self, check: &Check, at: Option<Nanos>, what: &'static str) -> Result<&ScriptPolicy, StoreError> {
+        self.validate(std::slice::from_ref(check), at)?;
+        let plan = &self.plans[check.policy];
+        if !plan.polices() {
+            return Err(StoreError::Unsupported { store: self.kind(), what });
+        }
+        Ok(plan)
+    }
+
+    /// One call of the hold script for `check`'s key with `op` (its arguments after the time):
+    /// the `len` non-negative integers it answers.
+    async fn hold_call(
+        &self,
+        check: &Check,
+        at: Option<Nanos>,
+        op: &[String],
+        len: usize,
+    ) -> Result<Vec<u64>, Failure> {
+        let mut conn = self.connector.get(&self.counters).await.map_err(|e| self.failure(e))?;
+        let key = self.plans[check.policy].key(&check.key);
+        // The holds' hash: the key's name and `:h`, whose `{hash}` tag (the first) is the key's,
+        // so a Cluster keeps both in the key's slot.
+        let holds = format!("{key}:h");
+        let (now, grace_ms) = self.time_args(at);
+        let command = |name: &str, script: &str| {
+            let mut cmd = redis::cmd(name);
+            cmd.arg(script).arg(2).arg(&key).arg(&holds);
+            match now {
+                Some(us) => cmd.arg(us),
+                None => cmd.arg(""),
+            };
+            cmd.arg(grace_ms).arg(op);
+            cmd
+        };
+        let reply =
+            eval(&mut conn, &self.counters, (hold_sha(), HOLD_SOURCE), command).await.map_err(|e| self.failure(e))?;
+        let unexpected = |what: String| Failure::Error(format!("redis: unexpected hold script reply: {what}"));
+        let redis::Value::Array(items) = reply else {
+            return Err(unexpected(format!("{reply:?}")));
+        };
+        let values: Vec<u64> = items
+            .iter()
+            .map(|v| match v {
+                redis::Value::Int(n) if *n >= 0 => Ok(*n as u64),
+                other => Err(unexpected(format!("{other:?}"))),
+            })
+            .collect::<Result<_, _>>()?;
+        if values.len() != len {
+            return Err(unexpected(format!("{} values, not {len}", values.len())));
+        }
+        Ok(values)
+    }
+
+    /// The time arguments of a script call: now in microseconds (`None`: the server's clock) and
+    /// the milliseconds added to every expiry.
+    fn time_args(&self, at: Option<Nanos>) -> (Option<u64>, u64) {
+        match at {
+            Some(t) => (Some(t / 1000), u64::try_from(self.options.explicit_time_grace.as_millis()).unwrap_or(0)),
+            None => (None, 0),
+        }
     }
 
     fn failure(&self, e: redis::RedisError) -> Failure {
@@ -570,6 +718,18 @@ impl Store for RedisStore {
 
     fn settle<'a>(&'a self, settles: &'a [Settle], at: Option<Nanos>) -> SettleFuture<'a> {
         Box::pin(self.settle_charges(settles, at))
+    }
+
+    fn hold<'a>(&'a self, check: &'a Check, life: Nanos) -> HoldFuture<'a> {
+        Box::pin(self.hold_at(check, life, None))
+    }
+
+    fn release<'a>(&'a self, check: &'a Check, id: u64, spent: u64) -> SettleFuture<'a> {
+        Box::pin(self.release_at(check, id, spent, None))
+    }
+
+    fn renew<'a>(&'a self, check: &'a Check, life: Nanos, id: u64, spent: u64) -> HoldFuture<'a> {
+        Box::pin(self.renew_at(check, life, (id, spent), None))
     }
 
     /// The keys of the `local` fallback (none while Redis decides): what an outage costs in

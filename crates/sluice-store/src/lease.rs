@@ -55,9 +55,12 @@
 //! ```
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use sluice_core::{Clock, Decision, LeakMode, NANOS_PER_SEC, Nanos, Policy};
 
@@ -141,6 +144,8 @@ struct Entry {
     lease: Option<Lease>,
     /// A lease is being taken (one at a time per key).
     taking: bool,
+    /// Requests waiting for that lease rather than asking the store on their own.
+    waiters: Vec<Waker>,
     /// The store had no room for a lease: none is asked again before then (its window's
     /// end), so a denied hot key costs the store one call a request, not two.
     full_until: Nanos,
@@ -270,8 +275,8 @@ impl LeasedStore {
 
     /// Notes the request's leased checks in their keys' rates; then, if every check is leased
     /// and its lease has the units, spends them and answers. Else: the checks whose keys are
-    /// hot and need a lease (each marked as taking one).
-    fn try_local(&self, checks: &[Check], now: Nanos) -> Result<Verdict, Vec<usize>> {
+    /// hot and need a lease (each marked as taking one), when `may_take`.
+    fn try_local(&self, checks: &[Check], now: Nanos, may_take: bool) -> Result<Verdict, Vec<usize>> {
         let mut book = self.book();
         let mut all_leased = !checks.is_empty();
         for c in checks {
@@ -314,7 +319,9 @@ impl LeasedStore {
             return Ok(Verdict { allowed: true, decisions, at, at_each });
         }
         let mut wanted = Vec::new();
-        for (i, c) in checks.iter().enumerate() {
+        // A second look (after a take, or a wait) marks nothing: it takes no lease, and a key
+        // marked as taking one would wait for it for ever.
+        for (i, c) in checks.iter().enumerate().filter(|_| may_take) {
             if !self.leased.get(c.policy).copied().unwrap_or(false) || enough(c, &book) {
                 continue;
             }
@@ -334,6 +341,7 @@ impl LeasedStore {
     /// Takes a lease for `check`'s key (giving back what the one before did not spend), sized
     /// to its local rate; nothing when the window has no room.
     async fn take(&self, check: &Check, now: Nanos) {
+        let _taking = Taking { store: self, key: (check.policy, check.key) };
         let (old, want) = {
             let mut book = self.book();
             let Some(e) = book.get_mut(&(check.policy, check.key)) else { return };
@@ -341,9 +349,14 @@ impl LeasedStore {
             let want = (per_second * self.options.cover as f64 / NANOS_PER_SEC as f64).ceil() as u64;
             (e.lease.take(), want.max(check.cost))
         };
-        // A lease that ended with its window has nothing the store would take back.
+        // A lease that ended with its window has nothing the store would take back. A bucket's
+        // hold is released by the call that takes the next.
+        let mut releasing = None;
         if let Some(old) = old.filter(|l| now < l.expires) {
-            self.give_back(&old).await;
+            match old.hold {
+                Some(id) => releasing = Some((id, old.check.cost - old.left)),
+                None => self.give_back(&old).await,
+            }
         }
         let limit = self.inner.policies()[check.policy].policy.limit();
         let mut size = want.min(limit);
@@ -353,7 +366,7 @@ impl LeasedStore {
         // At most twice: the size wanted, then what the window (or bucket) still holds.
         for _ in 0..2 {
             self.store_calls.fetch_add(1, Ordering::Relaxed);
-            let Some((granted, d)) = self.ask(check, size, now).await else {
+            let Some((granted, d)) = self.ask(check, size, now, releasing.take()).await else {
                 quiet_until = now.saturating_add(self.options.idle);
                 break;
             };
@@ -372,7 +385,6 @@ impl LeasedStore {
             let mut book = self.book();
             match book.get_mut(&(check.policy, check.key)) {
                 Some(e) => {
-                    e.taking = false;
                     e.lease = lease;
                     e.full_until = full_until;
                     e.quiet_until = quiet_until;
@@ -386,14 +398,31 @@ impl LeasedStore {
         }
     }
 
+    /// Whether another request is taking a lease for a leased key of `checks`.
+    fn being_taken(&self, checks: &[Check]) -> bool {
+        let book = self.book();
+        checks.iter().any(|c| book.get(&(c.policy, c.key)).is_some_and(|e| e.taking))
+    }
+
     /// Asks the store for a lease of `size` units of `check`'s key, asked at `now`: a charge
-    /// of a window, a hold of a bucket. The lease when granted, and the store's decision; `None`
-    /// when the store could not answer.
-    async fn ask(&self, check: &Check, size: u64, now: Nanos) -> Option<(Option<Lease>, Decision)> {
+    /// of a window, a hold of a bucket (with the release of the key's last hold, `releasing`:
+    /// its id and units spent, in the same call). The lease when granted, and the store's
+    /// decision; `None` when the store could not answer.
+    async fn ask(
+        &self,
+        check: &Check,
+        size: u64,
+        now: Nanos,
+        releasing: Option<(u64, u64)>,
+    ) -> Option<(Option<Lease>, Decision)> {
         let charge = Check { cost: size, ..*check };
         let policy = &self.inner.policies()[check.policy].policy;
         if holdable(policy) {
-            let h = self.inner.hold(&charge, self.options.life).await.ok()?;
+            let h = match releasing {
+                Some((id, spent)) => self.inner.renew(&charge, self.options.life, id, spent).await,
+                None => self.inner.hold(&charge, self.options.life).await,
+            };
+            let h = h.ok()?;
             let lease = h.granted.then(|| Lease {
                 check: charge,
                 charged_at: h.at,
@@ -449,7 +478,7 @@ impl LeasedStore {
 
     async fn decide_now(&self, checks: &[Check]) -> Result<Reported, StoreError> {
         let now = self.clock.now();
-        match self.try_local(checks, now) {
+        match self.try_local(checks, now, true) {
             Ok(verdict) => {
                 self.local.fetch_add(1, Ordering::Relaxed);
                 return Ok(Reported { verdict, degraded: None, answered: true });
@@ -458,10 +487,17 @@ impl LeasedStore {
                 for &i in &wanted {
                     self.take(&checks[i], now).await;
                 }
-                if !wanted.is_empty()
+                // A request that finds another taking the lease it needs waits for it, rather
+                // than asking the store on its own: one store call, not one a request that
+                // comes meanwhile (the wait is that call's, which it would have made itself).
+                let waited = wanted.is_empty() && self.being_taken(checks);
+                if waited {
+                    Taken { store: self, checks }.await;
+                }
+                if (waited || !wanted.is_empty())
                     // The clock read again: a lease that ran out while the others were taken
                     // is not spent.
-                    && let Ok(verdict) = self.try_local(checks, self.clock.now())
+                    && let Ok(verdict) = self.try_local(checks, self.clock.now(), false)
                 {
                     self.local.fetch_add(1, Ordering::Relaxed);
                     return Ok(Reported { verdict, degraded: None, answered: true });
@@ -496,6 +532,53 @@ impl LeasedStore {
             });
         }
         (!decisions.is_empty()).then(|| Verdict { allowed: false, decisions, at: now, at_each: Vec::new() })
+    }
+}
+
+/// Ends a key's taking of a lease however [`LeasedStore::take`] ends (a request's future may be
+/// dropped in the middle of its store call): the key may take one again, and the requests
+/// waiting for it go on.
+struct Taking<'a> {
+    store: &'a LeasedStore,
+    key: (usize, KeyHash),
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        let waiters = match self.store.book().get_mut(&self.key) {
+            Some(e) => {
+                e.taking = false;
+                std::mem::take(&mut e.waiters)
+            }
+            None => Vec::new(),
+        };
+        waiters.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Ready once no leased key of `checks` is having a lease taken.
+struct Taken<'a> {
+    store: &'a LeasedStore,
+    checks: &'a [Check],
+}
+
+impl Future for Taken<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut book = self.store.book();
+        let mut pending = false;
+        for c in self.checks {
+            if let Some(e) = book.get_mut(&(c.policy, c.key))
+                && e.taking
+            {
+                if !e.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                    e.waiters.push(cx.waker().clone());
+                }
+                pending = true;
+            }
+        }
+        if pending { Poll::Pending } else { Poll::Ready(()) }
     }
 }
 
@@ -712,6 +795,62 @@ mod tests {
         clock.advance(options.idle);
         block_on(leased.decide(&bucket, None)).unwrap();
         assert_eq!(leased.store_calls(), 103, "asked again after idle");
+    }
+
+    /// A shared store whose holds never answer while `stall` is set.
+    struct Stalling {
+        inner: Arc<MemoryStore>,
+        stall: std::sync::atomic::AtomicBool,
+    }
+
+    impl Store for Stalling {
+        fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
+            self.inner.decide(checks, at)
+        }
+        fn policies(&self) -> &[NamedPolicy] {
+            self.inner.policies()
+        }
+        fn kind(&self) -> &'static str {
+            "stalling"
+        }
+        fn hold<'a>(&'a self, check: &'a Check, life: Nanos) -> crate::store::HoldFuture<'a> {
+            if self.stall.load(Ordering::Relaxed) {
+                Box::pin(std::future::pending())
+            } else {
+                self.inner.hold(check, life)
+            }
+        }
+        fn release<'a>(&'a self, check: &'a Check, id: u64, spent: u64) -> SettleFuture<'a> {
+            self.inner.release(check, id, spent)
+        }
+    }
+
+    #[test]
+    fn requests_wait_for_the_lease_being_taken_and_a_take_dropped_midway_frees_the_key() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = Arc::new(Stalling { inner: shared(1_000, &clock), stall: true.into() });
+        let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
+        let leased = LeasedStore::new(store.clone(), vec![true, true], options, clock.clone());
+        let bucket = [Check { policy: 1, key: key(8), cost: 1 }];
+        let mut cx = Context::from_waker(Waker::noop());
+        // The first request takes a lease, and the store does not answer.
+        let mut first = leased.decide(&bucket, None);
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(leased.store_calls(), 1);
+        // The second waits for it, asking the store nothing.
+        let mut second = leased.decide(&bucket, None);
+        assert!(second.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(leased.store_calls(), 1, "a request waiting for the lease asks nothing");
+        // The first is dropped (its client went away) in the middle of its call: the second goes
+        // on, to the store on its own, and the key is free to take a lease again.
+        drop(first);
+        match second.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => assert!(v.unwrap().allowed),
+            Poll::Pending => panic!("still waiting for a take that was dropped"),
+        }
+        store.stall.store(false, Ordering::Relaxed);
+        assert!(block_on(leased.decide(&bucket, None)).unwrap().allowed);
+        assert_eq!(leased.admitted_locally(), 1, "a lease was taken again, and spent");
     }
 
     #[test]

@@ -41,6 +41,6 @@ pub use memory::{
     Written,
 };
 pub use store::{
-    Check, Degraded, Hold, HoldFuture, KeyStats, LeaseStats, NamedPolicy, Reported, ReportedFuture, Settle, SettleFuture, Store,
-    StoreError, StoreFuture, Verdict, validate_checks, validate_settles,
+    Check, Degraded, Hold, HoldFuture, KeyStats, LeaseStats, NamedPolicy, Reported, ReportedFuture, Settle,
+    SettleFuture, Store, StoreError, StoreFuture, Verdict, validate_checks, validate_settles,
 };

@@ -414,6 +414,17 @@ pub trait Store: Send + Sync {
         Box::pin(std::future::ready(Err(StoreError::Unsupported { store: kind, what: "hold a bucket's units" })))
     }
 
+    /// [`Store::release`] of hold `id` of `check`'s key, `spent` of it admitted, then
+    /// [`Store::hold`] of `check.cost` units of the same key for `life`: what a lease that ran
+    /// out does to take the next. One call where the store can (Redis: one script); the
+    /// default makes the two.
+    fn renew<'a>(&'a self, check: &'a Check, life: Nanos, id: u64, spent: u64) -> HoldFuture<'a> {
+        Box::pin(async move {
+            self.release(check, id, spent).await?;
+            self.hold(check, life).await
+        })
+    }
+
     /// Ends hold `id` of `check.cost` units of `check`'s key, of which `spent` were admitted:
     /// the units leave the hold and the spent ones are charged now (`tat = max(tat, now) +
     /// spent x interval`). A hold that ended already (counted as spent) is left alone. The
@@ -488,5 +499,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     fn release<'a>(&'a self, check: &'a Check, id: u64, spent: u64) -> SettleFuture<'a> {
         (**self).release(check, id, spent)
+    }
+
+    fn renew<'a>(&'a self, check: &'a Check, life: Nanos, id: u64, spent: u64) -> HoldFuture<'a> {
+        (**self).renew(check, life, id, spent)
     }
 }

@@ -2,7 +2,8 @@
 //! key (every client shares it), loaded from several connections each. Under a limit the load
 //! exceeds, the two admit no more than the limit between them; under one it never reaches,
 //! Redis runs far fewer scripts than there are requests (its own `INFO commandstats`), against
-//! one script a request with `lease = "off"`. And the first again on a Redis Cluster.
+//! one script a request with `lease = "off"`. And the first again on a Redis Cluster, and both
+//! for a token bucket, whose leases are holds (`Store::hold`).
 
 #[path = "../../sluice-redis/tests/support/mod.rs"]
 mod redis_support;
@@ -118,6 +119,50 @@ fn run_on(config: &str, scripts: impl Fn() -> u64, millis: u64) -> Run {
         };
         return Run { sent, admitted, scripts, from_leases, held_at_stop, quiet_after };
     }
+}
+
+/// The fleet's configuration with a token bucket of `capacity` refilled at `rate` a second in
+/// place of its window.
+fn bucket_config(redis: &str, capacity: u64, rate: u64) -> String {
+    let window = "algorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1h\"";
+    let config = fleet_config(redis, 1, "1h", "auto", "");
+    assert!(config.contains(window), "{config}");
+    config.replace(window, &format!("algorithm = \"token-bucket\"\ncapacity = {capacity}\nrefill_per_second = {rate}"))
+}
+
+#[test]
+fn two_gateways_leasing_one_hot_bucket_admit_no_more_than_it_holds() {
+    const CAPACITY: u64 = 2_000;
+    const RATE: u64 = 20;
+    let redis = RedisServer::start();
+    let started = Instant::now();
+    let Run { sent, admitted, scripts, from_leases, .. } =
+        run_on(&bucket_config(&redis.url(), CAPACITY, RATE), || redis.scripts_run(), 2_500);
+    // Every admission falls between the gateways' start and now: the bucket's bound over that.
+    let bound = CAPACITY + RATE * started.elapsed().as_secs().saturating_add(1);
+    println!(
+        "token bucket {CAPACITY}, {RATE}/s, lease auto: {sent} requests, {admitted} admitted (bound {bound}), \
+         {from_leases} from leases, {scripts} scripts"
+    );
+    assert!(sent > bound * 2, "the load must exceed the bucket: {sent} requests");
+    assert!(admitted <= bound, "{admitted} admitted between the two, the bucket's bound is {bound}");
+    assert!(admitted * 10 >= CAPACITY * 8, "only {admitted} of {CAPACITY} admitted");
+    assert!(from_leases >= admitted as f64 / 2.0, "{from_leases} of {admitted} admissions from leases");
+}
+
+#[test]
+fn bucket_leases_spare_redis_a_script_a_request() {
+    let redis = RedisServer::start();
+    let on = run_on(&bucket_config(&redis.url(), 100_000_000, 1_000_000), || redis.scripts_run(), 1_500);
+    println!(
+        "token bucket never emptied, lease auto: {} requests, {} scripts, {} from leases",
+        on.sent, on.scripts, on.from_leases
+    );
+    assert_eq!(on.admitted, on.sent, "a bucket never emptied admits all");
+    assert!(on.scripts * 10 <= on.sent, "with leases: {} scripts for {} requests", on.scripts, on.sent);
+    assert!(on.from_leases >= on.sent as f64 * 0.9 - 1.0, "{} of {} from leases", on.from_leases, on.sent);
+    // Quiet holds are released within two of the timer's ticks.
+    assert!(on.quiet_after.is_some_and(|d| d <= Duration::from_secs(3)), "still held: {:?}", on.quiet_after);
 }
 
 #[test]

@@ -11,10 +11,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use sluice_core::{Decision, Nanos};
+use sluice_core::{Decision, Nanos, Policy};
 
 use super::table::Table;
 use crate::key::KeyHash;
+use crate::lease::holdable;
 
 /// One hold: its id, its units, and when it ends (counted as wholly spent then).
 #[derive(Debug, Clone, Copy)]
@@ -67,12 +68,11 @@ pub(crate) fn reap(table: &Table, keys: &mut HashMap<KeyHash, KeyHolds>, key: &K
     }
     k.holds.sort_by_key(|h| h.until);
     let ended = k.holds.partition_point(|h| h.until <= now);
-    let mut shard = table.lock(table.shard_of(key));
-    for h in k.holds.drain(..ended) {
-        k.held -= h.units;
-        // Room was there when the units were held, and an overrun's cap is two capacities.
-        shard.settle(key, h.until, 0, h.units, h.until);
-    }
+    let charges: Vec<(Nanos, u64)> = k.holds.drain(..ended).map(|h| (h.until, h.units)).collect();
+    k.held -= charges.iter().map(|c| c.1).sum::<u64>();
+    // A shard that refuses new keys and has no room loses the charge of a key it no longer
+    // held: that key starts from its summary, as any key evicted does.
+    table.lock(table.shard_of(key)).charge_held(key, &charges, now);
     if k.holds.is_empty() {
         keys.remove(key);
     }
@@ -83,24 +83,52 @@ pub(crate) fn held(keys: &HashMap<KeyHash, KeyHolds>, key: &KeyHash) -> (u64, Op
     keys.get(key).map_or((0, None), |k| (k.held, k.holds.iter().map(|h| h.until).min()))
 }
 
-/// A decision of `cost` made at `cost + held` ([`crate::Store::hold`]'s rule), told as the key
-/// sees it: what is left beside the holds. `at_held` is the bucket's decision at `cost + held`
-/// when that is within its capacity, else `None` (denied: the units come back only when a hold
-/// ends, at `first_end`).
+/// The interval of a bucket a lease can hold (its nanoseconds a token); `None` for any other
+/// policy.
+pub(crate) fn interval(policy: &Policy) -> Option<Nanos> {
+    match policy {
+        Policy::TokenBucket(b) => Some(b.interval()),
+        Policy::LeakyBucket(b) if holdable(policy) => Some(b.interval()),
+        _ => None,
+    }
+}
+
+/// A key's decision of `cost` beside `held` units, told as the key sees it (as the Redis store
+/// tells it): `peeked` is the bucket's decision at `cost + held` when that is within the
+/// capacity (`within`), else at `cost` alone (then denied: the units come back only when a
+/// hold ends, at `first_end`). `remaining` is what is left beside the holds; `reset_after` is
+/// on the bucket's own time, before this request (a hold) or after it (a decision).
 pub(crate) fn beside(
-    at_held: Option<Decision>,
-    capacity: u64,
+    peeked: Decision,
+    within: bool,
+    cost: u64,
     held: u64,
+    t: Nanos,
     first_end: Option<Nanos>,
     now: Nanos,
 ) -> Decision {
-    match at_held {
-        Some(d) if d.allowed => d,
-        Some(d) => Decision { remaining: d.remaining.saturating_sub(held), ..d },
-        None => {
-            let wait = first_end.map_or(1, |t| t.saturating_sub(now).max(1));
-            Decision { allowed: false, limit: capacity, remaining: 0, reset_after: wait, retry_after: wait, delay: 0 }
-        }
+    if within {
+        return if peeked.allowed {
+            // reset_after as the charge of `cost` alone leaves it.
+            Decision { reset_after: peeked.reset_after - held * t, ..peeked }
+        } else {
+            Decision { remaining: peeked.remaining.saturating_sub(held), ..peeked }
+        };
+    }
+    // The bucket's own backlog and room, from its decision at `cost`.
+    let (backlog, room) = if peeked.allowed {
+        (peeked.reset_after - cost * t, peeked.remaining + cost)
+    } else {
+        (peeked.reset_after, peeked.remaining)
+    };
+    let wait = first_end.map_or(1, |end| end.saturating_sub(now).max(1));
+    Decision {
+        allowed: false,
+        limit: peeked.limit,
+        remaining: room.saturating_sub(held),
+        reset_after: backlog,
+        retry_after: wait,
+        delay: 0,
     }
 }
 
@@ -108,7 +136,7 @@ pub(crate) fn beside(
 /// holds. Returns the id (0 when refused) and the decision.
 pub(crate) fn hold(
     table: &Table,
-    capacity: u64,
+    (capacity, t): (u64, Nanos),
     key: &KeyHash,
     units: u64,
     life: Nanos,
@@ -119,21 +147,27 @@ pub(crate) fn hold(
     let now = now();
     reap(table, &mut keys, key, now);
     let (held, first_end) = held(&keys, key);
-    let want = units + held;
-    let at_held = if want <= capacity {
-        let mut shard = table.lock(table.shard_of(key));
-        shard.peek(key, now, want).ok()
-    } else {
-        None
+    let within = units + held <= capacity;
+    // The caller checked the units against the capacity: the peek cannot fail.
+    let peeked = table.lock(table.shard_of(key)).peek(key, now, if within { units + held } else { units });
+    let Ok(peeked) = peeked else {
+        let refused =
+            Decision { allowed: false, limit: capacity, remaining: 0, reset_after: 0, retry_after: 0, delay: 0 };
+        return (0, refused, now);
     };
-    let d = beside(at_held, capacity, held, first_end, now);
+    let d = beside(peeked, within, units, held, t, first_end, now);
+    // A hold leaves the bucket's time alone: reset_after as before it.
+    let d = if d.allowed { Decision { reset_after: d.reset_after - units * t, ..d } } else { d };
     if !d.allowed {
         return (0, d, now);
     }
     let id = table.holds.last_id.fetch_add(1, Ordering::Relaxed) + 1;
-    let k = keys.entry(*key).or_default();
-    k.held += units;
-    k.holds.push(Held { id, units, until: now.saturating_add(life) });
+    // A hold of no units holds nothing: it has an id, and no record.
+    if units > 0 {
+        let k = keys.entry(*key).or_default();
+        k.held += units;
+        k.holds.push(Held { id, units, until: now.saturating_add(life) });
+    }
     (id, d, now)
 }
 
@@ -155,6 +189,6 @@ pub(crate) fn release(table: &Table, key: &KeyHash, id: u64, spent: u64, now: im
     }
     let spent = spent.min(h.units);
     if spent > 0 {
-        table.lock(table.shard_of(key)).settle(key, now, 0, spent, now);
+        table.lock(table.shard_of(key)).charge_held(key, &[(now, spent)], now);
     }
 }

@@ -20,7 +20,6 @@ use std::sync::atomic::Ordering;
 use sluice_core::{Clock, Decision, Nanos};
 
 use crate::key::KeyHasher;
-use crate::lease::holdable;
 use crate::store::{
     Check, Hold, HoldFuture, KeyStats, NamedPolicy, Reported, Settle, SettleFuture, Store, StoreError, StoreFuture,
     Verdict, validate_checks,
@@ -302,14 +301,15 @@ impl MemoryStore {
     fn hold_now(&self, check: &Check, life: Nanos) -> Result<Hold, StoreError> {
         validate_checks(&self.policies, std::slice::from_ref(check))?;
         let policy = &self.policies[check.policy].policy;
-        if !holdable(policy) {
+        let Some(interval) = holds::interval(policy) else {
             return Err(StoreError::Unsupported {
                 store: "memory",
                 what: "hold units of a policy other than a policing bucket",
             });
-        }
+        };
         let table = &self.tables[check.policy];
-        let (id, decision, at) = holds::hold(table, policy.limit(), &check.key, check.cost, life, || self.clock.now());
+        let bucket = (policy.limit(), interval);
+        let (id, decision, at) = holds::hold(table, bucket, &check.key, check.cost, life, || self.clock.now());
         Ok(Hold { granted: decision.allowed, id, decision, at })
     }
 }

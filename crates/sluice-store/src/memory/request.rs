@@ -242,46 +242,53 @@ fn decide_holding(
     held_tables.dedup_by_key(|t| t.0);
     let mut locks: Vec<_> = held_tables.iter().map(|&(_, p)| (p, tables[p].holds.lock())).collect();
     let now = now();
-    // Per check: the units its key holds and when the first hold ends; the cost it is peeked at.
+    // Per check with holds: the units its key holds, when the first hold ends, its bucket's
+    // interval, and whether it is peeked at its cost plus them (within the capacity) or alone.
     let mut beside = Vec::with_capacity(checks.len());
-    let mut at_held = checks.to_vec();
-    for (c, peeked) in checks.iter().zip(at_held.iter_mut()) {
-        let Some((_, keys)) = locks.iter_mut().find(|(p, _)| *p == c.policy) else {
+    let mut peeked_at = checks.to_vec();
+    for (c, peeked) in checks.iter().zip(peeked_at.iter_mut()) {
+        let policy = &policies[c.policy].policy;
+        let (Some((_, keys)), Some(t)) = (locks.iter_mut().find(|(p, _)| *p == c.policy), holds::interval(policy))
+        else {
             beside.push(None);
             continue;
         };
         holds::reap(&tables[c.policy], keys, &c.key, now);
         let (held, first_end) = holds::held(keys, &c.key);
-        let capacity = policies[c.policy].policy.limit();
-        let within = c.cost + held <= capacity;
+        let within = c.cost + held <= policy.limit();
         if within {
             peeked.cost = c.cost + held;
         }
-        beside.push(Some((held, first_end, capacity, within)));
+        beside.push(Some((held, first_end, t, within)));
     }
-    let peek = decide_many(policies, tables, &at_held, || now, Charge::Never, Holds::Minded)?;
-    let decisions: Vec<Decision> = peek
-        .decisions
-        .iter()
-        .zip(&beside)
-        .map(|(&d, b)| match *b {
+    // Each check in turn, after the checks before it that were admitted (at their own cost: a
+    // check decided beside its key's holds charges its cost, not them; one denied charges
+    // nothing the checks after it see), as the Redis script decides them.
+    let mut admitted: Vec<Check> = Vec::with_capacity(checks.len());
+    let mut decisions = Vec::with_capacity(checks.len());
+    for ((c, at_held), b) in checks.iter().zip(&peeked_at).zip(&beside) {
+        admitted.push(*at_held);
+        let peek = decide_many(policies, tables, &admitted, || now, Charge::Never, Holds::Minded)?;
+        admitted.pop();
+        let d = *peek.decisions.last().expect("one decision a check");
+        let d = match *b {
             None => d,
-            Some((held, first_end, capacity, within)) => {
-                holds::beside(within.then_some(d), capacity, held, first_end, now)
-            }
-        })
-        .collect();
+            Some((held, first_end, t, within)) => holds::beside(d, within, c.cost, held, t, first_end, now),
+        };
+        if d.allowed {
+            admitted.push(*c);
+        }
+        decisions.push(d);
+    }
     let allowed = decisions.iter().all(|d| d.allowed);
     if !allowed || charge == Charge::Never {
         return Ok(Verdict::at(allowed, decisions, now));
     }
     let charged = decide_many(policies, tables, checks, || now, Charge::IfAllAdmit, Holds::Minded)?;
-    if !charged.allowed {
-        // Not reached: a cost admitted beside the holds is admitted alone.
-        return Ok(charged);
-    }
     drop(locks);
-    Ok(Verdict::at(true, decisions, now))
+    // Admitted beside the holds, so admitted alone (the check at `cost` is the weaker one);
+    // what is left is told beside them.
+    Ok(Verdict::at(charged.allowed, decisions, now))
 }
 
 /// Settles `settles` at the time `now` gives, read under each key's shard lock. Each charge is
@@ -295,8 +302,13 @@ pub(crate) fn settle(
     validate_settles(policies, settles)?;
     for s in settles.iter().filter(|s| s.actual != s.check.cost) {
         let table = &tables[s.check.policy];
-        // A table with holds: no decision beside them between its look and its charge.
-        let _holds = table.holds.active().then(|| table.holds.lock());
+        // A table with holds: no decision beside them between its look and its charge, and
+        // the key's holds that ended counted first, at their ends, as any other call does.
+        let mut holds = table.holds.active().then(|| table.holds.lock());
+        let reap_at = holds.as_ref().map(|_| now());
+        if let (Some(keys), Some(at)) = (holds.as_mut(), reap_at) {
+            holds::reap(table, keys, &s.check.key, at);
+        }
         let mut shard = table.lock(table.shard_of(&s.check.key));
         // A refund that reads no clock (every algorithm but the sliding log) is given the
         // charge's own time: no clock read for it.

@@ -74,6 +74,11 @@ pub(crate) trait ShardOps: Send {
     /// False when a debt had to be stored for a key not held and the shard refuses new keys.
     fn settle(&mut self, key: &KeyHash, charged_at: Nanos, reserved: u64, actual: u64, now: Nanos) -> bool;
 
+    /// Charges units holds set apart and spent ([`sluice_core::Algorithm::charge_held`]), each
+    /// `(at, units)` in turn on one state. False when the key was not held and the shard
+    /// refuses new keys.
+    fn charge_held(&mut self, key: &KeyHash, charges: &[(Nanos, u64)], now: Nanos) -> bool;
+
     /// Stores a working copy: overwrites the key's state, or inserts it (room was made) unless it
     /// is fresh.
     fn store(&mut self, key: &KeyHash, state: State, now: Nanos);
@@ -398,6 +403,25 @@ where
         }
         let mut state = self.seed(key, now);
         alg.overrun(&mut state, now, actual - reserved);
+        if alg.is_fresh(&state, now) {
+            return true;
+        }
+        if !self.make_room(1, &[], now) {
+            return false;
+        }
+        self.insert(key, state);
+        true
+    }
+
+    fn charge_held(&mut self, key: &KeyHash, charges: &[(Nanos, u64)], now: Nanos) -> bool {
+        let alg = self.alg;
+        let charge = |s: &mut A::State| charges.iter().for_each(|&(at, units)| alg.charge_held(s, at, units));
+        if let Some(slot) = self.used(key) {
+            slot.write(charge);
+            return true;
+        }
+        let mut state = self.seed(key, now);
+        charge(&mut state);
         if alg.is_fresh(&state, now) {
             return true;
         }
