@@ -56,6 +56,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -131,6 +132,34 @@ struct Lease {
     remaining: u64,
 }
 
+/// The keys of leased policies, by policy and key hash.
+type Book = HashMap<(usize, KeyHash), Entry, BuildHasherDefault<KeyBits>>;
+
+/// Hashes a book's key by its key hash's own bits: a keyed hash already, which a client cannot
+/// steer (so no flood of colliding keys), and a lookup needs no second hash. Measured with
+/// callgrind, 100,000 local decisions over 1,000 leased keys: 1,157 instructions a decision,
+/// against 2,067 with std's SipHash (a decision looks a key up three times or more).
+#[derive(Default)]
+struct KeyBits(u64);
+
+impl Hasher for KeyBits {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut first = [0u8; 8];
+        let n = bytes.len().min(8);
+        first[..n].copy_from_slice(&bytes[..n]);
+        self.0 ^= u64::from_le_bytes(first);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        // The policy (and the key's length): spread over the bits, then mixed with the key's.
+        self.0 = self.0.rotate_left(29) ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// A key of a leased policy: its local rate, and its lease.
 #[derive(Debug, Default)]
 struct Entry {
@@ -185,7 +214,7 @@ pub struct LeasedStore {
     options: LeaseOptions,
     /// This instance's clock: rates and lease expiries.
     clock: Arc<dyn Clock>,
-    book: Mutex<HashMap<(usize, KeyHash), Entry>>,
+    book: Mutex<Book>,
     /// Calls to the shared store: decisions, leases taken, units given back.
     store_calls: AtomicU64,
     /// Requests admitted from leases.
@@ -213,7 +242,7 @@ impl LeasedStore {
             leased,
             options,
             clock,
-            book: Mutex::new(HashMap::new()),
+            book: Mutex::new(Book::default()),
             store_calls: AtomicU64::new(0),
             local: AtomicU64::new(0),
         }
@@ -269,7 +298,7 @@ impl LeasedStore {
         returned
     }
 
-    fn book(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, KeyHash), Entry>> {
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -295,7 +324,7 @@ impl LeasedStore {
                 None => all_leased = false,
             }
         }
-        let enough = |c: &Check, book: &HashMap<(usize, KeyHash), Entry>| {
+        let enough = |c: &Check, book: &Book| {
             book.get(&(c.policy, c.key)).and_then(|e| e.live(now)).is_some_and(|l| l.left >= c.cost)
         };
         if all_leased && checks.iter().all(|c| enough(c, &book)) {
@@ -398,8 +427,13 @@ impl LeasedStore {
         }
     }
 
-    /// Whether another request is taking a lease for a leased key of `checks`.
+    /// Whether another request is taking a lease for a key of `checks`, every one of them
+    /// leased (a request with a limit that is not could not be admitted from leases anyway:
+    /// waiting would only delay it).
     fn being_taken(&self, checks: &[Check]) -> bool {
+        if !checks.iter().all(|c| self.leased.get(c.policy).copied().unwrap_or(false)) {
+            return false;
+        }
         let book = self.book();
         checks.iter().any(|c| book.get(&(c.policy, c.key)).is_some_and(|e| e.taking))
     }
@@ -830,7 +864,8 @@ mod tests {
         let clock = Arc::new(ManualClock::new(0));
         let store = Arc::new(Stalling { inner: shared(1_000, &clock), stall: true.into() });
         let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
-        let leased = LeasedStore::new(store.clone(), vec![true, true], options, clock.clone());
+        // The window (policy 0) is not leased here; the bucket is.
+        let leased = LeasedStore::new(store.clone(), vec![false, true], options, clock.clone());
         let bucket = [Check { policy: 1, key: key(8), cost: 1 }];
         let mut cx = Context::from_waker(Waker::noop());
         // The first request takes a lease, and the store does not answer.
@@ -841,6 +876,12 @@ mod tests {
         let mut second = leased.decide(&bucket, None);
         assert!(second.as_mut().poll(&mut cx).is_pending());
         assert_eq!(leased.store_calls(), 1, "a request waiting for the lease asks nothing");
+        // A request with a limit that is not leased could not be admitted from leases: it does
+        // not wait, and goes to the store at once.
+        let mixed = [bucket[0], Check { policy: 0, key: key(8), cost: 1 }];
+        let mut third = leased.decide(&mixed, None);
+        assert!(matches!(third.as_mut().poll(&mut cx), Poll::Ready(Ok(v)) if v.allowed), "it did not wait");
+        assert_eq!(leased.store_calls(), 2);
         // The first is dropped (its client went away) in the middle of its call: the second goes
         // on, to the store on its own, and the key is free to take a lease again.
         drop(first);
