@@ -304,8 +304,8 @@ impl LeasedStore {
 
     /// Notes the request's leased checks in their keys' rates; then, if every check is leased
     /// and its lease has the units, spends them and answers. Else: the checks whose keys are
-    /// hot and need a lease (each marked as taking one), when `may_take`.
-    fn try_local(&self, checks: &[Check], now: Nanos, may_take: bool) -> Result<Verdict, Vec<usize>> {
+    /// hot and need a lease (each marked as taking one), on a first look.
+    fn try_local(&self, checks: &[Check], now: Nanos, look: Look) -> Result<Verdict, Vec<usize>> {
         let mut book = self.book();
         let mut all_leased = !checks.is_empty();
         for c in checks {
@@ -315,6 +315,7 @@ impl LeasedStore {
             }
             let full = book.len() >= self.options.max_keys;
             match book.get_mut(&(c.policy, c.key)) {
+                Some(e) if look == Look::AfterWait => e.seen = now,
                 Some(e) => e.saw(now),
                 None if !full => {
                     let mut e = Entry { second: now, ..Entry::default() };
@@ -350,7 +351,7 @@ impl LeasedStore {
         let mut wanted = Vec::new();
         // A second look (after a take, or a wait) marks nothing: it takes no lease, and a key
         // marked as taking one would wait for it for ever.
-        for (i, c) in checks.iter().enumerate().filter(|_| may_take) {
+        for (i, c) in checks.iter().enumerate().filter(|_| look == Look::First) {
             if !self.leased.get(c.policy).copied().unwrap_or(false) || enough(c, &book) {
                 continue;
             }
@@ -512,7 +513,7 @@ impl LeasedStore {
 
     async fn decide_now(&self, checks: &[Check]) -> Result<Reported, StoreError> {
         let now = self.clock.now();
-        match self.try_local(checks, now, true) {
+        match self.try_local(checks, now, Look::First) {
             Ok(verdict) => {
                 self.local.fetch_add(1, Ordering::Relaxed);
                 return Ok(Reported { verdict, degraded: None, answered: true });
@@ -528,10 +529,11 @@ impl LeasedStore {
                 if waited {
                     Taken { store: self, checks }.await;
                 }
+                let look = if waited { Look::AfterWait } else { Look::AfterTake };
                 if (waited || !wanted.is_empty())
                     // The clock read again: a lease that ran out while the others were taken
                     // is not spent.
-                    && let Ok(verdict) = self.try_local(checks, self.clock.now(), false)
+                    && let Ok(verdict) = self.try_local(checks, self.clock.now(), look)
                 {
                     self.local.fetch_add(1, Ordering::Relaxed);
                     return Ok(Reported { verdict, degraded: None, answered: true });
@@ -567,6 +569,19 @@ impl LeasedStore {
         }
         (!decisions.is_empty()).then(|| Verdict { allowed: false, decisions, at: now, at_each: Vec::new() })
     }
+}
+
+/// Which look at the leases a request takes ([`LeasedStore::try_local`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// Its first: it counts in its keys' rates, and may take leases.
+    First,
+    /// After it took leases: counted again (the simulator's replay does the same, so its
+    /// predictions hold), and takes none.
+    AfterTake,
+    /// After it waited for another request's lease: not counted again (a replay, one request
+    /// at a time, never waits), and takes none.
+    AfterWait,
 }
 
 /// Ends a key's taking of a lease however [`LeasedStore::take`] ends (a request's future may be
