@@ -371,7 +371,6 @@ impl LeasedStore {
     /// Takes a lease for `check`'s key (giving back what the one before did not spend), sized
     /// to its local rate; nothing when the window has no room.
     async fn take(&self, check: &Check, now: Nanos) {
-        let _taking = Taking { store: self, key: (check.policy, check.key) };
         let (old, want) = {
             let mut book = self.book();
             let Some(e) = book.get_mut(&(check.policy, check.key)) else { return };
@@ -519,8 +518,18 @@ impl LeasedStore {
                 return Ok(Reported { verdict, degraded: None, answered: true });
             }
             Err(wanted) => {
+                // try_local marked every wanted key as taking: each is freed once its take ends,
+                // and every one not yet freed if this request is dropped on the way (a guard
+                // made only when a key's take begins would leave the later ones marked for ever,
+                // and requests waiting for them waiting for ever).
+                let mut taking = wanted
+                    .iter()
+                    .map(|&i| Taking { store: self, key: (checks[i].policy, checks[i].key) })
+                    .collect::<Vec<_>>()
+                    .into_iter();
                 for &i in &wanted {
                     self.take(&checks[i], now).await;
+                    drop(taking.next());
                 }
                 // A request that finds another taking the lease it needs waits for it, rather
                 // than asking the store on its own: one store call, not one a request that
@@ -584,9 +593,9 @@ enum Look {
     AfterWait,
 }
 
-/// Ends a key's taking of a lease however [`LeasedStore::take`] ends (a request's future may be
-/// dropped in the middle of its store call): the key may take one again, and the requests
-/// waiting for it go on.
+/// Ends a key's taking of a lease when its [`LeasedStore::take`] ends, or when the request is
+/// dropped before (in the middle of a store call, or while another key's lease is taken): the
+/// key may take one again, and the requests waiting for it go on.
 struct Taking<'a> {
     store: &'a LeasedStore,
     key: (usize, KeyHash),
@@ -907,6 +916,28 @@ mod tests {
         store.stall.store(false, Ordering::Relaxed);
         assert!(block_on(leased.decide(&bucket, None)).unwrap().allowed);
         assert_eq!(leased.admitted_locally(), 1, "a lease was taken again, and spent");
+    }
+
+    #[test]
+    fn a_request_dropped_while_taking_the_first_of_two_leases_frees_both_keys() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = Arc::new(Stalling { inner: shared(1_000, &clock), stall: true.into() });
+        let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
+        let leased = LeasedStore::new(store.clone(), vec![true, true], options, clock.clone());
+        let (bucket, window) = (Check { policy: 1, key: key(10), cost: 1 }, Check { policy: 0, key: key(11), cost: 1 });
+        let mut cx = Context::from_waker(Waker::noop());
+        // Both keys want a lease; the bucket's is taken first, and the store does not answer.
+        let (pair, single) = ([bucket, window], [window]);
+        let mut both = leased.decide_reported(&pair, None);
+        assert!(both.as_mut().poll(&mut cx).is_pending());
+        drop(both);
+        // The window's key was never reached: it must be free too, not waited for for ever.
+        store.stall.store(false, Ordering::Relaxed);
+        let mut alone = leased.decide(&single, None);
+        assert!(
+            matches!(alone.as_mut().poll(&mut cx), Poll::Ready(Ok(ref v)) if v.allowed),
+            "a request on the second key waits for a take nobody makes"
+        );
     }
 
     #[test]

@@ -236,8 +236,14 @@ fn decide_holding(
     charge: Charge,
 ) -> Result<Verdict, StoreError> {
     validate_checks(policies, checks)?;
-    let mut held_tables: Vec<(u64, usize)> =
-        checks.iter().filter(|c| tables[c.policy].holds.active()).map(|c| (tables[c.policy].id, c.policy)).collect();
+    // The holds locks of every table of the request that could hold units, not only of those
+    // that hold some now: a first hold on another table waits for this decision to end (it
+    // reads no shard's lock-protected flag here, as decide_many does).
+    let mut held_tables: Vec<(u64, usize)> = checks
+        .iter()
+        .filter(|c| holds::interval(&policies[c.policy].policy).is_some())
+        .map(|c| (tables[c.policy].id, c.policy))
+        .collect();
     held_tables.sort_unstable();
     held_tables.dedup_by_key(|t| t.0);
     let mut locks: Vec<_> = held_tables.iter().map(|&(_, p)| (p, tables[p].holds.lock())).collect();
@@ -286,9 +292,14 @@ fn decide_holding(
     }
     let charged = decide_many(policies, tables, checks, || now, Charge::IfAllAdmit, Holds::Minded)?;
     drop(locks);
-    // Admitted beside the holds, so admitted alone (the check at `cost` is the weaker one);
-    // what is left is told beside them.
-    Ok(Verdict::at(charged.allowed, decisions, now))
+    // Admitted beside the holds, so admitted alone (the check at `cost` is the weaker one),
+    // unless a check of a table without holds was charged by another request meanwhile (those
+    // tables' shards are not held between the look and the charge): then its own denial.
+    if !charged.allowed {
+        return Ok(charged);
+    }
+    // What is left is told beside the holds.
+    Ok(Verdict::at(true, decisions, now))
 }
 
 /// Settles `settles` at the time `now` gives, read under each key's shard lock. Each charge is
