@@ -822,26 +822,10 @@ mod tests {
         assert_eq!(by_c, 10);
     }
 
-    /// A shared store that decides but cannot hold units (as a Redis store whose scripts are
-    /// older than holds would answer).
-    struct NoHolds(Arc<MemoryStore>);
-
-    impl Store for NoHolds {
-        fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
-            self.0.decide(checks, at)
-        }
-        fn policies(&self) -> &[NamedPolicy] {
-            self.0.policies()
-        }
-        fn kind(&self) -> &'static str {
-            "no-holds"
-        }
-    }
-
     #[test]
     fn a_store_that_cannot_lease_is_asked_once_a_request_and_a_lease_again_after_idle() {
         let clock = Arc::new(ManualClock::new(0));
-        let store = Arc::new(NoHolds(shared(1_000, &clock)));
+        let store = Scripted::new(shared(1_000, &clock), false, false);
         let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
         let leased = LeasedStore::new(store, vec![true, true], options, clock.clone());
         let bucket = [Check { policy: 1, key: key(9), cost: 1 }];
@@ -855,13 +839,21 @@ mod tests {
         assert_eq!(leased.store_calls(), 103, "asked again after idle");
     }
 
-    /// A shared store whose holds never answer while `stall` is set.
-    struct Stalling {
+    /// A shared store whose holds never answer while `stall` is set, and which cannot hold
+    /// units at all without `holds` (as a Redis store whose scripts are older than holds).
+    struct Scripted {
         inner: Arc<MemoryStore>,
         stall: std::sync::atomic::AtomicBool,
+        holds: bool,
     }
 
-    impl Store for Stalling {
+    impl Scripted {
+        fn new(inner: Arc<MemoryStore>, stall: bool, holds: bool) -> Arc<Self> {
+            Arc::new(Self { inner, stall: stall.into(), holds })
+        }
+    }
+
+    impl Store for Scripted {
         fn decide<'a>(&'a self, checks: &'a [Check], at: Option<Nanos>) -> StoreFuture<'a> {
             self.inner.decide(checks, at)
         }
@@ -869,9 +861,13 @@ mod tests {
             self.inner.policies()
         }
         fn kind(&self) -> &'static str {
-            "stalling"
+            "scripted"
         }
         fn hold<'a>(&'a self, check: &'a Check, life: Nanos) -> crate::store::HoldFuture<'a> {
+            if !self.holds {
+                let unsupported = StoreError::Unsupported { store: "scripted", what: "hold a bucket's units" };
+                return Box::pin(std::future::ready(Err(unsupported)));
+            }
             if self.stall.load(Ordering::Relaxed) {
                 Box::pin(std::future::pending())
             } else {
@@ -886,7 +882,7 @@ mod tests {
     #[test]
     fn requests_wait_for_the_lease_being_taken_and_a_take_dropped_midway_frees_the_key() {
         let clock = Arc::new(ManualClock::new(0));
-        let store = Arc::new(Stalling { inner: shared(1_000, &clock), stall: true.into() });
+        let store = Scripted::new(shared(1_000, &clock), true, true);
         let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
         // The window (policy 0) is not leased here; the bucket is.
         let leased = LeasedStore::new(store.clone(), vec![false, true], options, clock.clone());
@@ -921,7 +917,7 @@ mod tests {
     #[test]
     fn a_request_dropped_while_taking_the_first_of_two_leases_frees_both_keys() {
         let clock = Arc::new(ManualClock::new(0));
-        let store = Arc::new(Stalling { inner: shared(1_000, &clock), stall: true.into() });
+        let store = Scripted::new(shared(1_000, &clock), true, true);
         let options = LeaseOptions { min_rate: 0.0, ..LeaseOptions::default() };
         let leased = LeasedStore::new(store.clone(), vec![true, true], options, clock.clone());
         let (bucket, window) = (Check { policy: 1, key: key(10), cost: 1 }, Check { policy: 0, key: key(11), cost: 1 });
