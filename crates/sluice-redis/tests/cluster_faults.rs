@@ -197,19 +197,42 @@ async fn a_planned_failover_surfaces_no_error_and_a_moving_slot_only_redirects_a
     let stores = stores(RedisOptions::cluster(cluster.urls(), OnError::FailClosed), OnError::FailClosed);
     let hot_slot = slot_of(&stores[0], &LOAD.hot());
 
-    // CLUSTER FAILOVER on the hot primary's replica: the primary stops writes, the replica
-    // catches up and takes over; clients follow MOVED. Not one decision fails.
+    // CLUSTER FAILOVER on the hot primary's replica: the primary pauses writes until the
+    // replica has caught up and taken over, then answers MOVED, which clients follow. A decision
+    // on that primary waits out the pause. Usually it is tens of milliseconds and nothing fails;
+    // on a loaded machine it has lasted past the stores' 250 ms timeout (one CI run: 1,559
+    // failures, a few timeouts and then the breaker they opened). So what is asserted is what
+    // the client controls: no redirect ever surfaces as an error, a failure is only a timeout or
+    // the breaker those opened, both only while the failover runs (and a cool-down after), and
+    // nothing is admitted beyond the limit.
     let primary = cluster.index_of_slot(hot_slot);
     let replica = cluster.replica_of(primary);
-    let (samples, began, _) = under_load(&stores, || {
+    let failover = || {
         assert_eq!(cluster.nodes[replica].cli(&["cluster", "failover"]), "OK");
         cluster.wait_moved(hot_slot, cluster.nodes[primary].port, Duration::from_secs(30));
-    })
-    .await;
+    };
+    // Two seconds after it, so that a breaker it opened has closed again for the last half.
+    let load = LOAD.under_load(&stores, Duration::from_millis(600), failover, Duration::from_millis(2_000)).await;
+    let (samples, began, ended) = (load.samples, load.began, load.ended);
     assert_eq!(cluster.index_of_slot(hot_slot), replica);
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.outcome.is_err()).collect();
     print_worst("CLUSTER FAILOVER", &samples, began, failed.len());
-    assert!(failed.is_empty(), "{} decisions failed in a planned failover: {:?}", failed.len(), failed.first());
+    let timeout = Duration::from_millis(250);
+    // The last timeout is answered by `ended + timeout`; a breaker it opened refuses for a
+    // cool-down after that.
+    let settled = ended + timeout * 2 + BreakerOptions::default().cool_down;
+    let timed_out = failed.iter().filter(|s| s.outcome.as_ref().unwrap_err().contains("timed out")).count();
+    for s in &failed {
+        let why = s.outcome.as_ref().unwrap_err();
+        let waited_out = why.contains("timed out") && s.latency() >= timeout && s.asked >= began && s.asked <= ended;
+        let breaker = why.contains("circuit breaker open") && timed_out > 0 && s.asked <= settled;
+        assert!(waited_out || breaker, "a failure a planned failover does not explain: {s:?}");
+    }
+    let tail: Vec<&Sample> = samples.iter().filter(|s| s.asked > settled).collect();
+    assert!(tail.len() > 100 && tail.iter().all(|s| s.outcome.is_ok()), "failures after the failover");
+    if !failed.is_empty() {
+        println!("CLUSTER FAILOVER: the write pause outlasted the {timeout:?} timeout ({timed_out} timed out)");
+    }
     assert_within_the_bucket(&samples, Source::Redis, 1);
 
     // The hot slot moves to another primary while in use: clients follow ASK while its keys
@@ -220,13 +243,14 @@ async fn a_planned_failover_surfaces_no_error_and_a_moving_slot_only_redirects_a
     // and nothing is ever admitted beyond the limit.
     let from = cluster.index_of_slot(hot_slot);
     let to = (0..cluster.nodes.len()).find(|&i| i != from && !cluster.nodes[i].is_replica()).unwrap();
+    let opened_before: Vec<u64> = stores.iter().map(|s| s.stats().breaker_opened).collect();
     let (samples, began, ended) = under_load(&stores, || migrate(&cluster, hot_slot, from, to)).await;
     assert_eq!(cluster.index_of_slot(hot_slot), to);
     let failed: Vec<&Sample> = samples.iter().filter(|s| s.outcome.is_err()).collect();
     print_worst("slot migration", &samples, began, failed.len());
     let redirects = failed.iter().filter(|s| s.outcome.as_ref().unwrap_err().contains("Moved")).count();
     let cool_down = BreakerOptions::default().cool_down;
-    let opened: Vec<u64> = stores.iter().map(|s| s.stats().breaker_opened).collect();
+    let opened: Vec<u64> = stores.iter().zip(&opened_before).map(|(s, b)| s.stats().breaker_opened - b).collect();
     println!("slot migration: {redirects} MOVED redirects surfaced; breakers opened per store: {opened:?}");
     for s in &failed {
         let why = s.outcome.as_ref().unwrap_err();
