@@ -669,7 +669,8 @@ pub struct PolicyConfig {
     pub unit: Option<String>,
     /// `lease = "auto"`: each instance takes quota leases of this policy's hot keys from the
     /// shared store and decides their requests in memory, never beyond the limit
-    /// (docs/src/scaling.md). Fixed windows on a Redis store only.
+    /// (docs/src/scaling.md). Fixed windows, token buckets and policing leaky buckets; the
+    /// gateway leases from a Redis store only.
     pub lease: bool,
     /// Counts requests in flight (`algorithm = "concurrency"`): a request holds `cost` slots
     /// from its admission until its response ends (or its client leaves), when they are given

@@ -171,7 +171,20 @@ pub fn describe(c: &Config) -> String {
     };
     let _ = writeln!(out, "policies:");
     for p in &c.policies {
-        let _ = writeln!(out, "  {}: {}{}", p.name, policy_text(&p.policy), if p.shadow { " (shadow)" } else { "" });
+        // A concurrency policy is kept as a sliding log of leases: say what was written.
+        let what = match p.concurrency {
+            true => {
+                format!("concurrency max_in_flight={} lease={}", p.policy.limit(), format_duration(p.policy.window()))
+            }
+            false => policy_text(&p.policy),
+        };
+        let enforce = match (p.shadow, p.soft) {
+            (true, _) => " (shadow)",
+            (false, true) => " (soft)",
+            (false, false) => "",
+        };
+        let lease = if p.lease { " (quota leases)" } else { "" };
+        let _ = writeln!(out, "  {}: {what}{enforce}{lease}", p.name);
     }
     let _ = writeln!(out, "routes:");
     for r in &c.routes {
@@ -242,5 +255,34 @@ mod tests {
         let shown = "store: redis primary \"mymaster\" named by the Sentinels redis://<redacted>@10.0.0.5:26379, \
                      redis://<redacted>@10.0.0.6:26379 (cluster: false), on error: fail-closed";
         assert!(out.contains(shown) && !out.contains(":pw@"), "{out}");
+    }
+
+    /// A policy is shown as it was written: a concurrency limit as one (it is kept as a sliding
+    /// log of leases), with its enforcement and quota leases named.
+    #[test]
+    fn policies_are_shown_as_written() {
+        let text = r#"
+[server]
+key_secret = "an operator's long random secret, 0123456789"
+[store]
+kind = "redis"
+url = "redis://127.0.0.1:6379"
+on_error = "fail-closed"
+[[policy]]
+name = "sockets"
+algorithm = "concurrency"
+max_in_flight = 5
+[[policy]]
+name = "tier"
+algorithm = "token-bucket"
+capacity = 10
+refill_per_second = 2
+lease = "auto"
+enforce = "soft"
+"#;
+        let out = super::describe(&sluice_config::parse("p.toml", text).unwrap());
+        assert!(out.contains("  sockets: concurrency max_in_flight=5 lease=10m\n"), "{out}");
+        assert!(out.contains("  tier: token-bucket capacity=10 refill_per_second=2 (soft) (quota leases)\n"), "{out}");
+        assert!(!out.contains("sliding-log"), "{out}");
     }
 }

@@ -20,8 +20,8 @@ import threading
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-def read_head(sock):
-    data = b""
+def read_head(sock, data=b""):
+    """A head and what came after it, reading on from `data` (None at the end)."""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(4096)
         if not chunk:
