@@ -24,6 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_config::Http2Limits;
 use tokio::net::TcpListener;
 
+use crate::balance::{Balance, Inbox, Live};
 use crate::respond::Body;
 use crate::timer::ConnTimer;
 use crate::tls::Certificates;
@@ -55,7 +56,7 @@ pub async fn serve<H: Handler>(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
-    serve_on(listener, None, Protocols::default(), handler, shutdown, drain).await
+    serve_on(listener, None, Protocols::default(), handler, shutdown, drain, None).await
 }
 
 /// Which HTTP versions a listener speaks beyond HTTP/1.1, and HTTP/2's bounds.
@@ -74,7 +75,19 @@ impl Protocols {
     }
 }
 
-/// [`serve`], each connection in TLS first when `tls` is given.
+/// One per-core worker's share of the balance: its index, and where other workers hand it
+/// connections ([`crate::balance`]).
+struct Worker {
+    /// The live connections of every worker.
+    balance: Arc<Balance>,
+    /// This worker's index.
+    index: usize,
+    /// The connections handed to it.
+    inbox: Inbox,
+}
+
+/// [`serve`], each connection in TLS first when `tls` is given; as one of several per-core
+/// workers when `worker` is given.
 async fn serve_on<H: Handler>(
     listener: TcpListener,
     tls: Option<Arc<Certificates>>,
@@ -82,10 +95,18 @@ async fn serve_on<H: Handler>(
     handler: Arc<H>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
+    mut worker: Option<Worker>,
 ) -> std::io::Result<()> {
     let drain_set = Arc::new(Drain::default());
     let mut shutdown = std::pin::pin!(shutdown);
+    let connections = Connections { tls, protocols, handler, drain_set: drain_set.clone() };
     loop {
+        let handed = async {
+            match worker.as_mut() {
+                Some(w) => w.inbox.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
@@ -97,53 +118,27 @@ async fn serve_on<H: Handler>(
                         continue;
                     }
                 };
-                let _ = stream.set_nodelay(true);
-                let handler = handler.clone();
-                // The handler's own future, not one wrapping it: every layer of future is one
-                // more copy of the request's whole state as it is moved into place.
-                let service = service_fn(move |req| Arc::clone(&handler).handle(peer, req));
-                let ticket = drain_set.enter();
-                match &tls {
-                    None if protocols.h2c => {
-                        tokio::spawn(async move {
-                            // The first bytes say which: HTTP/2's preface, or an HTTP/1.1 request.
-                            let sniffed = tokio::time::timeout(HEADER_READ_TIMEOUT, opens_with_preface(&stream));
-                            match sniffed.await {
-                                Ok(Some(true)) => watched_h2(stream, service, &protocols, ticket).await,
-                                Ok(Some(false)) => watched_h1(stream, service, ticket).await,
-                                _ => {}
-                            }
-                        });
-                    }
-                    None => {
-                        tokio::spawn(watched_h1(stream, service, ticket));
-                    }
-                    Some(certificates) => {
-                        // The certificate of the moment: a reload serves the next connection.
-                        let acceptor = certificates.acceptor();
-                        tokio::spawn(async move {
-                            // A client that never finishes its handshake is closed as one that
-                            // never sends its headers.
-                            let handshake = crate::tls::handshake(&acceptor, stream);
-                            let Ok(Some(stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await else {
-                                return;
-                            };
-                            // The client certificate the handshake verified, given to every
-                            // request of the connection for `tls:` key parts.
-                            let cert = crate::tls::peer_certificate(stream.get_ref().1);
-                            let service = service_fn(move |mut req: Request<Incoming>| {
-                                if let Some(cert) = &cert {
-                                    req.extensions_mut().insert(cert.clone());
-                                }
-                                service.call(req)
-                            });
-                            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                                watched_h2(stream, service, &protocols, ticket).await
-                            } else {
-                                watched_h1(stream, service, ticket).await
-                            }
-                        });
-                    }
+                let Some(w) = &worker else {
+                    connections.serve(stream, peer, None);
+                    continue;
+                };
+                let to = w.balance.place(w.index);
+                if to == w.index {
+                    connections.serve(stream, peer, Some(w.balance.serve(w.index)));
+                    continue;
+                }
+                // Out of this worker's reactor, into the other's; served here if it stopped.
+                let Ok(std) = stream.into_std() else { continue };
+                if let Err((std, peer)) = w.balance.hand(to, (std, peer))
+                    && let Ok(stream) = tokio::net::TcpStream::from_std(std)
+                {
+                    connections.serve(stream, peer, Some(w.balance.serve(w.index)));
+                }
+            }
+            Some((std, peer)) = handed => {
+                let w = worker.as_ref().expect("only a worker has an inbox");
+                if let Ok(stream) = tokio::net::TcpStream::from_std(std) {
+                    connections.serve(stream, peer, Some(w.balance.serve(w.index)));
                 }
             }
             _ = &mut shutdown => break,
@@ -152,6 +147,84 @@ async fn serve_on<H: Handler>(
     drop(listener);
     let _ = tokio::time::timeout(drain, drain_all(&drain_set)).await;
     Ok(())
+}
+
+/// What every connection of one accept loop is served with.
+struct Connections<H> {
+    /// TLS on every connection, or plaintext.
+    tls: Option<Arc<Certificates>>,
+    /// HTTP/2 with prior knowledge, and HTTP/2's bounds.
+    protocols: Protocols,
+    /// What answers the requests.
+    handler: Arc<H>,
+    /// The connections to wait for when the server stops.
+    drain_set: Arc<Drain>,
+}
+
+impl<H: Handler> Connections<H> {
+    /// Serves `stream`, from `peer`, on a task of this runtime until it closes, counted as one
+    /// of this worker's live connections for as long (`live`).
+    fn serve(&self, stream: tokio::net::TcpStream, peer: SocketAddr, live: Option<Live>) {
+        let _ = stream.set_nodelay(true);
+        let handler = self.handler.clone();
+        // The handler's own future, not one wrapping it: every layer of future is one
+        // more copy of the request's whole state as it is moved into place.
+        let service = service_fn(move |req| Arc::clone(&handler).handle(peer, req));
+        let ticket = self.drain_set.enter();
+        let protocols = self.protocols;
+        match &self.tls {
+            None if protocols.h2c => {
+                tokio::spawn(async move {
+                    let _live = live;
+                    // The first bytes say which: HTTP/2's preface, or an HTTP/1.1 request.
+                    let sniffed = tokio::time::timeout(HEADER_READ_TIMEOUT, opens_with_preface(&stream));
+                    match sniffed.await {
+                        Ok(Some(true)) => watched_h2(stream, service, &protocols, ticket).await,
+                        Ok(Some(false)) => watched_h1(stream, service, ticket).await,
+                        _ => {}
+                    }
+                });
+            }
+            None => {
+                let served = watched_h1(stream, service, ticket);
+                match live {
+                    // Without a balance (one runtime), the future as it is: no wrapper to copy.
+                    None => tokio::spawn(served),
+                    Some(live) => tokio::spawn(async move {
+                        let _live = live;
+                        served.await
+                    }),
+                };
+            }
+            Some(certificates) => {
+                // The certificate of the moment: a reload serves the next connection.
+                let acceptor = certificates.acceptor();
+                tokio::spawn(async move {
+                    let _live = live;
+                    // A client that never finishes its handshake is closed as one that
+                    // never sends its headers.
+                    let handshake = crate::tls::handshake(&acceptor, stream);
+                    let Ok(Some(stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await else {
+                        return;
+                    };
+                    // The client certificate the handshake verified, given to every
+                    // request of the connection for `tls:` key parts.
+                    let cert = crate::tls::peer_certificate(stream.get_ref().1);
+                    let service = service_fn(move |mut req: Request<Incoming>| {
+                        if let Some(cert) = &cert {
+                            req.extensions_mut().insert(cert.clone());
+                        }
+                        service.call(req)
+                    });
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        watched_h2(stream, service, &protocols, ticket).await
+                    } else {
+                        watched_h1(stream, service, ticket).await
+                    }
+                });
+            }
+        }
+    }
 }
 
 /// How every connection is served: HTTP/1.1, keep-alive, one sleep per connection for every
@@ -457,7 +530,9 @@ pub async fn serve_per_core<H: Handler>(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
     let (tls, protocols) = (listeners.tls, listeners.protocols);
-    for (i, socket) in listeners.sockets.into_iter().enumerate() {
+    let (balance, inboxes) = Balance::new(listeners.sockets.len());
+    for ((i, socket), inbox) in listeners.sockets.into_iter().enumerate().zip(inboxes) {
+        let worker = Worker { balance: balance.clone(), index: i, inbox };
         let handler = handler.clone();
         let tls = tls.clone();
         let mut stopped = stopped.clone();
@@ -468,7 +543,7 @@ pub async fn serve_per_core<H: Handler>(
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                serve_on(listener, tls, protocols, handler, until, drain).await
+                serve_on(listener, tls, protocols, handler, until, drain, Some(worker)).await
             })
         })?;
         workers.push(worker);
