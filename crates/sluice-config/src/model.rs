@@ -276,6 +276,10 @@ pub struct Server {
     /// Whether the plaintext listener also speaks HTTP/2 to clients that open with its preface
     /// (h2c with prior knowledge); a TLS listener offers HTTP/2 by ALPN whatever this says.
     pub h2c: bool,
+    /// How many worker threads serve client connections, each with its own runtime; `None`:
+    /// one per core. Fewer leave cores to what shares the host (an upstream, a load
+    /// generator): a busy worker waits for a core at scheduler ticks (bench/README.md).
+    pub workers: Option<usize>,
     /// `[server.http2]`: what one HTTP/2 connection may ask of the gateway.
     pub http2: Http2Limits,
     /// How long a relayed WebSocket connection may carry no byte either way before both sides

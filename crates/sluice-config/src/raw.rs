@@ -59,6 +59,7 @@ pub(crate) struct RawServer {
     pub decision_api: Option<bool>,
     pub tls: Option<toml::Spanned<RawTls>>,
     pub h2c: Option<bool>,
+    pub workers: Option<usize>,
     pub http2: Option<toml::Spanned<RawHttp2>>,
     pub tunnel_idle_timeout: Option<String>,
     pub cors: Option<toml::Spanned<RawCors>>,

@@ -175,6 +175,17 @@ fn requests_in_flight_per_client_default_to_a_tenth_of_the_total_within_bounds()
 }
 
 #[test]
+fn workers_are_one_per_core_unless_set_from_1_to_1024() {
+    let workers = |server: &str| parse("s.toml", server).unwrap().server.workers;
+    assert_eq!(workers(""), None, "one per core, decided at start");
+    assert_eq!(workers("[server]\nworkers = 1\n"), Some(1));
+    for n in [0, 1025] {
+        let e = error_of(&format!("[server]\nlisten = \"127.0.0.1:8080\"\nworkers = {n}\n"));
+        assert!(e.starts_with(&format!("bad.toml:3: server.workers: {n} worker threads: give 1 to 1024")), "{e}");
+    }
+}
+
+#[test]
 fn duplicate_policy_names_and_user_without_header_are_refused() {
     let two = "[[policy]]\nname = \"a\"\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1s\"\n";
     let e = error_of(&format!("{two}{two}"));

@@ -67,6 +67,7 @@ underscore_headers = "forward"
 key_secret = "the key secret of the full configuration"
 decision_api = true
 h2c = true
+workers = 3
 tunnel_idle_timeout = "90s"
 
 [server.cors]

@@ -74,6 +74,9 @@ pub fn describe(c: &Config) -> String {
     let mut out = String::new();
     let s = &c.server;
     let _ = writeln!(out, "listen: {}", s.listen);
+    if let Some(n) = s.workers {
+        let _ = writeln!(out, "workers: {n} (not one per core)");
+    }
     if let Some(t) = &s.tls {
         let _ = writeln!(
             out,

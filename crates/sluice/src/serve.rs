@@ -91,6 +91,11 @@ fn workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Worker threads for a configuration's client traffic: `[server] workers`, else one per core.
+fn config_workers(server: &sluice_config::Server) -> usize {
+    server.workers.unwrap_or_else(workers)
+}
+
 /// Binds all interfaces, IPv6 and IPv4 where the host allows both, else IPv4.
 fn bind_any(port: u16) -> anyhow::Result<Listeners> {
     match Listeners::bind(SocketAddr::from(([0u16; 8], port)), workers()) {
@@ -112,7 +117,7 @@ async fn gateway(path: PathBuf, drain: Duration) -> anyhow::Result<()> {
     let gateway_wanted = !rls_only(&gateway.config().config);
     let mut listeners = match gateway_wanted {
         true => Some(
-            Listeners::bind(listen, workers())
+            Listeners::bind(listen, config_workers(&gateway.config().config.server))
                 .with_context(|| format!("cannot listen on {listen}"))?
                 .with_protocols(Protocols::of(&gateway.config().config.server)),
         ),

@@ -381,3 +381,36 @@ fn sigint_stops_the_seed_service_with_exit_zero() {
     let status = sluice.wait_exit();
     assert!(status.success(), "exit status {status:?}");
 }
+
+/// The worker threads serving client connections, by name, of the process `pid`, once there
+/// are `n` (they are started one after another; at most 5 s), or as many as there are then.
+fn worker_threads(pid: u32, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("a Linux /proc")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|n| n.trim().to_string())
+            .filter(|n| n.starts_with("sluice-worker-"))
+            .collect();
+        names.sort();
+        if names.len() >= n || Instant::now() > deadline {
+            return names;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn server_workers_sets_how_many_threads_serve_connections() {
+    let dir = TempDir::new("workers");
+    let three = gateway_config(3).replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:0\"\nworkers = 3");
+    let sluice = Sluice::start(&["--config", &dir.write("three.toml", &three)], &[]);
+    // Served first: the listening line is written before the workers start.
+    assert_eq!(sluice.get("/api/x").status, 200, "served");
+    assert_eq!(worker_threads(sluice.child.id(), 3), ["sluice-worker-0", "sluice-worker-1", "sluice-worker-2"]);
+    let one = gateway_config(3).replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:0\"\nworkers = 1");
+    let sluice = Sluice::start(&["--config", &dir.write("one.toml", &one)], &[]);
+    assert_eq!(sluice.get("/api/x").status, 200, "served");
+    assert_eq!(worker_threads(sluice.child.id(), 1), ["sluice-worker-0"]);
+}

@@ -65,6 +65,11 @@ pub(super) fn server(
     if max_in_flight_per_client == 0 {
         return Err(err("max_in_flight_per_client", "must be at least 1".into()));
     }
+    if let Some(n) = s.workers
+        && !(1..=1024).contains(&n)
+    {
+        return Err(err("workers", format!("{n} worker threads: give 1 to 1024, or leave it out for one per core")));
+    }
     let user_header = s.user_header.map(|h| h.to_ascii_lowercase());
     let max_body_bytes = s.max_body_bytes.unwrap_or(64 * 1024);
     let duration = |field: &str, text: Option<&str>, default: &str| -> Result<Nanos, ConfigError> {
@@ -202,6 +207,7 @@ pub(super) fn server(
         key_secret,
         tls,
         h2c: s.h2c.unwrap_or(false),
+        workers: s.workers,
         http2,
         tunnel_idle_timeout,
         cors,

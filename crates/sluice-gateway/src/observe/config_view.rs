@@ -53,6 +53,7 @@ pub fn config_json(c: &Config) -> Value {
                 "client_auth": if t.client_auth_optional { "optional" } else { "required" },
             })),
             "h2c": s.h2c,
+            "workers": s.workers,
             "tunnel_idle_timeout_ms": s.tunnel_idle_timeout / NANOS_PER_MILLI,
             "http2": {
                 "max_concurrent_streams": s.http2.max_concurrent_streams,
