@@ -233,6 +233,10 @@ impl Gateway {
         if config.server.http2 != running.config.server.http2 {
             return Err(GatewayError::NeedsRestart("server.http2"));
         }
+        // The worker threads are started with the listeners.
+        if config.server.workers != running.config.server.workers {
+            return Err(GatewayError::NeedsRestart("server.workers"));
+        }
         let store = self.stores.build(&config, Some(running.store()))?;
         let loaded = InForce::new(config, store, self.hasher.clone(), &self.observer, &self.health)?;
         self.current.store(Arc::new(loaded));

@@ -11,7 +11,7 @@
 //!   client) and replayable request bodies, cut when they stall or break;
 //!   [`client_slots`]: requests and body reads in progress per client;
 //! - [`serve`]: accept loops (one runtime per core), graceful shutdown, signals; [`balance`]:
-//!   connections handed from a worker that serves two more than another to the least loaded;
+//!   connections handed from a worker that serves more than another to the least loaded;
 //! - [`timer`]: timeouts that reuse one timer entry per connection;
 //! - [`stores`]: the store a configuration asks for (memory or Redis), kept across reloads;
 //! - [`observe`] and [`admin`]: Prometheus metrics, sampled decision logs, the admin listener;

@@ -127,26 +127,54 @@ async fn serve_on<H: Handler>(
                     connections.serve(stream, peer, Some(w.balance.serve(w.index)));
                     continue;
                 }
-                // Out of this worker's reactor, into the other's; served here if it stopped.
-                let Ok(std) = stream.into_std() else { continue };
-                if let Err((std, peer)) = w.balance.hand(to, (std, peer))
-                    && let Ok(stream) = tokio::net::TcpStream::from_std(std)
-                {
-                    connections.serve(stream, peer, Some(w.balance.serve(w.index)));
+                // Out of this worker's reactor, into the other's, counted there from now on (a
+                // worker busy in a long poll is not handed every connection meanwhile); served
+                // here if that worker has stopped.
+                let std = match stream.into_std() {
+                    Ok(std) => std,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a connection could not be handed to another worker");
+                        continue;
+                    }
+                };
+                if let Err((std, peer, _)) = w.balance.hand(to, (std, peer, w.balance.serve(to))) {
+                    w.balance.retire(to);
+                    adopt(&connections, w.index, std, peer, w.balance.serve(w.index));
                 }
             }
-            Some((std, peer)) = handed => {
-                let w = worker.as_ref().expect("only a worker has an inbox");
-                if let Ok(stream) = tokio::net::TcpStream::from_std(std) {
-                    connections.serve(stream, peer, Some(w.balance.serve(w.index)));
-                }
+            Some((std, peer, live)) = handed => {
+                let index = worker.as_ref().map_or(0, |w| w.index);
+                adopt(&connections, index, std, peer, live);
             }
             _ = &mut shutdown => break,
         }
     }
     drop(listener);
+    // Connections handed here while it stopped are served and drained, not dropped unanswered;
+    // a worker handing one from now on serves it itself.
+    if let Some(w) = worker.as_mut() {
+        w.inbox.close();
+        while let Ok((std, peer, live)) = w.inbox.try_recv() {
+            adopt(&connections, w.index, std, peer, live);
+        }
+    }
     let _ = tokio::time::timeout(drain, drain_all(&drain_set)).await;
     Ok(())
+}
+
+/// `std`, a connection another worker accepted (or this one, when handing it failed), served
+/// on the runtime of worker `index` (this one) as `live`.
+fn adopt<H: Handler>(
+    connections: &Connections<H>,
+    index: usize,
+    std: std::net::TcpStream,
+    peer: SocketAddr,
+    live: Live,
+) {
+    match tokio::net::TcpStream::from_std(std) {
+        Ok(stream) => connections.serve(stream, peer, Some(live)),
+        Err(e) => tracing::warn!(error = %e, worker = index, "a handed connection could not be served"),
+    }
 }
 
 /// What every connection of one accept loop is served with.

@@ -82,6 +82,10 @@ async fn a_refused_reload_leaves_the_running_configuration_and_its_state() {
     let other_secret = policies(9, 9, "").replace("a-test-secret-of-some-length", "another-secret-entirely");
     let err = gw.gateway.reload(config(&other_secret)).unwrap_err();
     assert!(err.to_string().contains("key_secret"), "{err}");
+    // Nor can the number of worker threads: they start with the listeners.
+    let more_workers = policies(9, 9, "").replace("[server]\n", "[server]\nworkers = 3\n");
+    let err = gw.gateway.reload(config(&more_workers)).unwrap_err();
+    assert_eq!(err.to_string(), "server.workers cannot change on reload: restart to change it");
     let a = c.get("/a", &[]).await;
     assert_eq!((a.status, a.num("ratelimit-limit"), a.num("ratelimit-remaining")), (200, 2, 0));
     assert_eq!(c.get("/a", &[]).await.status, 429);
