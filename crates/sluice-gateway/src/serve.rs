@@ -100,6 +100,8 @@ async fn serve_on<H: Handler>(
     let drain_set = Arc::new(Drain::default());
     let mut shutdown = std::pin::pin!(shutdown);
     let connections = Connections { tls, protocols, handler, drain_set: drain_set.clone() };
+    // This worker's index (0 for a lone runtime), for the log of a handed connection lost.
+    let index = worker.as_ref().map_or(0, |w| w.index);
     loop {
         let handed = async {
             match worker.as_mut() {
@@ -142,10 +144,7 @@ async fn serve_on<H: Handler>(
                     adopt(&connections, w.index, std, peer, w.balance.serve(w.index));
                 }
             }
-            Some((std, peer, live)) = handed => {
-                let index = worker.as_ref().map_or(0, |w| w.index);
-                adopt(&connections, index, std, peer, live);
-            }
+            Some((std, peer, live)) = handed => adopt(&connections, index, std, peer, live),
             _ = &mut shutdown => break,
         }
     }
@@ -155,7 +154,7 @@ async fn serve_on<H: Handler>(
     if let Some(w) = worker.as_mut() {
         w.inbox.close();
         while let Ok((std, peer, live)) = w.inbox.try_recv() {
-            adopt(&connections, w.index, std, peer, live);
+            adopt(&connections, index, std, peer, live);
         }
     }
     let _ = tokio::time::timeout(drain, drain_all(&drain_set)).await;
@@ -214,15 +213,10 @@ impl<H: Handler> Connections<H> {
                 });
             }
             None => {
-                let served = watched_h1(stream, service, ticket);
-                match live {
-                    // Without a balance (one runtime), the future as it is: no wrapper to copy.
-                    None => tokio::spawn(served),
-                    Some(live) => tokio::spawn(async move {
-                        let _live = live;
-                        served.await
-                    }),
-                };
+                tokio::spawn(async move {
+                    let _live = live;
+                    watched_h1(stream, service, ticket).await
+                });
             }
             Some(certificates) => {
                 // The certificate of the moment: a reload serves the next connection.

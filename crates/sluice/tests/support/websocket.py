@@ -108,11 +108,17 @@ def handle(conn):
         conn.close()
 
 
-def serve():
+def listen():
+    """A listener on a free port of 127.0.0.1, its port printed (the test reads it)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
     print(listener.getsockname()[1], flush=True)
+    return listener
+
+
+def serve():
+    listener = listen()
     while True:
         conn, _ = listener.accept()
         threading.Thread(target=handle, args=(conn,), daemon=True).start()

@@ -92,10 +92,7 @@ def serve(cert, key):
         conn.sni = name
 
     context.sni_callback = remember_sni
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    print(listener.getsockname()[1], flush=True)
+    listener = ws.listen()
     while True:
         raw, _ = listener.accept()
         # The handshake happens in the connection's thread: a slow client cannot stall the rest.
