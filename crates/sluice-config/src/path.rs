@@ -753,6 +753,23 @@ mod tests {
             prop_assert_eq!(already_normal(path.as_bytes()), plain, "{}", path);
         }
 
+        /// The same with any one byte put in (the byte table reads every value, not only a path's):
+        /// controls, upper case, `%`, `\\` and every byte above 0x7F are outside the normal form.
+        #[test]
+        fn the_byte_table_agrees_with_the_plain_wording_on_any_bytes(
+            normal in "/[a-z0-9._~/-]{0,20}", at in any::<usize>(), byte in any::<u8>()
+        ) {
+            // A path of the normal alphabet with any one byte put in anywhere.
+            let mut path = normal.into_bytes();
+            path.insert(at % (path.len() + 1), byte);
+            let plain = path.iter().all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_~./".contains(&b))
+                && !path.windows(2).any(|w| w == b"//")
+                && (path.len() <= 1 || path.last() != Some(&b'/'))
+                && path.split(|&b| b == b'/').all(|seg| seg.last() != Some(&b'.'))
+                && path.first() == Some(&b'/');
+            prop_assert_eq!(already_normal(&path), plain, "{:?}", path);
+        }
+
         #[test]
         fn never_panics_and_is_idempotent(path in "/[ -~]{0,60}") {
             if let Ok(p) = request_path(&path) {
